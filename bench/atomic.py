@@ -1,0 +1,49 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
+    """Write a text file atomically: write a temp file beside it, fsync, then rename.
+
+    Args:
+        path: Destination file.
+        write: Called with the open temporary file; writes the content.
+
+    Returns:
+        The destination path.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON, atomically.
+
+    Args:
+        path: Destination file.
+        obj: A JSON-serialisable object.
+
+    Returns:
+        The destination path.
+    """
+    text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=True, default=str) + "\n"
+    return atomic_write(path, lambda handle: handle.write(text))

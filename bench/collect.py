@@ -1,0 +1,141 @@
+"""Result files → one tidy table (one row per cell × split × metric).
+
+``python -m bench.collect runs/quick -o results/quick`` writes ``results.csv`` and
+prints a wide summary. Unreadable result files are reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench.atomic import atomic_write
+
+log = logging.getLogger(__name__)
+
+RESULT_FILE = "result.json"
+CELL_COLUMNS = ["task", "encoder", "head", "head_label", "freeze", "freeze_label", "seed"]
+
+
+def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
+    """All ``result.json`` files under the given directories (or the files themselves)."""
+    found: list[Path] = []
+    for root in map(Path, roots):
+        if root.is_file():
+            found.append(root)
+        else:
+            found.extend(sorted(root.rglob(RESULT_FILE)))
+    return found
+
+
+def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Read every result file; return the results and one message per unreadable file."""
+    results, problems = [], []
+    for path in find_result_files(roots):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data.get("cell"), dict):
+                raise ValueError("no 'cell' entry")
+        except (OSError, ValueError, AttributeError) as err:
+            problems.append(f"{path}: unreadable result ({type(err).__name__}: {err})")
+            continue
+        data["run_dir"] = str(path.parent)
+        results.append(data)
+    return results, problems
+
+
+def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per cell × split × metric at the best epoch (failed cells: one row, no value)."""
+    rows = []
+    for res in results:
+        base = {k: res["cell"].get(k) for k in CELL_COLUMNS}
+        base.update(
+            status=res.get("status"),
+            reason=res.get("reason"),
+            best_epoch=(res.get("best") or {}).get("epoch"),
+            trainable_params=(res.get("params") or {}).get("trainable"),
+            train_time_s=res.get("train_time_s"),
+            run_dir=res.get("run_dir"),
+        )
+        best = (res.get("best") or {}).get("metrics") or {}
+        if res.get("status") != "ok" or not best:
+            rows.append({**base, "split": None, "metric": None, "value": None, "baseline": None})
+            continue
+        for split, metrics in best.items():
+            baseline = ((res.get("baseline") or {}).get(split) or {}).get("metrics") or {}
+            for metric, value in metrics.items():
+                rows.append(
+                    {
+                        **base,
+                        "split": split,
+                        "metric": metric,
+                        "value": value,
+                        "baseline": baseline.get(metric),
+                    }
+                )
+    columns = [*CELL_COLUMNS, "status", "split", "metric", "value", "baseline", "best_epoch",
+               "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Wide view: one row per task × encoder × head × freeze, one column per dev metric (mean)."""
+    ok = table[(table["status"] == "ok") & (table["split"] == "dev")]
+    if ok.empty:
+        return pd.DataFrame()
+    keys = ["task", "encoder", "head_label", "freeze_label"]
+    wide = ok.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
+    wide["seeds"] = ok.groupby(keys)["seed"].nunique()
+    wide["train_s"] = ok.groupby(keys)["train_time_s"].mean()
+    return wide
+
+
+def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
+    """Write the tidy table as ``<out_dir>/results.csv`` atomically."""
+    path = Path(out_dir) / "results.csv"
+    atomic_write(path, lambda handle: table.to_csv(handle, index=False))
+    return path
+
+
+def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
+    """Read results under ``roots``, report problems, optionally write the table, return it."""
+    results, problems = read_results(roots)
+    for problem in problems:
+        log.warning(problem)
+        print(f"warning: {problem}")
+    table = tidy(results)
+    if out_dir is not None:
+        path = write_table(table, out_dir)
+        print(f"wrote {path} ({len(results)} cells, {len(table)} rows)")
+    return table
+
+
+def print_summary(table: pd.DataFrame) -> None:
+    """Print the wide summary and any failed cells."""
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        wide = summary(table)
+        print(wide.round(4).to_string() if not wide.empty else "no successful cells")
+        failed = table[table["status"] != "ok"].drop_duplicates(subset=CELL_COLUMNS)
+        for _, row in failed.iterrows():
+            print(
+                f"{row['status']}: {'/'.join(str(row[c]) for c in CELL_COLUMNS)}: {row['reason']}"
+            )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``python -m bench.collect <dirs...> [-o OUT_DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m bench.collect", description=__doc__)
+    parser.add_argument("roots", nargs="+", help="run or sweep directories holding result.json")
+    parser.add_argument("-o", "--out", default=None, help="directory for results.csv")
+    args = parser.parse_args(argv)
+    print_summary(collect(args.roots, args.out))
+
+
+if __name__ == "__main__":
+    main()

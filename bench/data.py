@@ -1,0 +1,226 @@
+"""One ``LightningDataModule`` for GLUE: load (local files or the Hub), subset, tokenize, pad.
+
+Examples keep their ``idx`` (row number in the split, as on the Hub) so predictions can
+be written per example. Padding is dynamic (per batch) and on the right.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader
+
+from bench.errors import ConfigError, DataError
+from bench.glue_files import glue_file, read_glue_tsv
+from bench.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
+
+log = logging.getLogger(__name__)
+
+Columns = dict[str, list[Any]]
+
+
+def load_split(spec: TaskSpec, source: SplitSource, data_dir: str | Path | None) -> Columns:
+    """Load one labelled split as columns ``idx``, text fields, ``label``.
+
+    Args:
+        spec: The task.
+        source: Which split.
+        data_dir: A local directory in GLUE's download layout, or None for the Hub.
+
+    Returns:
+        The split's columns, labels as ids in ``spec.label_names`` order.
+    """
+    if data_dir is not None:
+        return read_glue_tsv(glue_file(data_dir, spec, source.filename), spec)
+    return _load_hub_split(spec, source)
+
+
+def _load_hub_split(spec: TaskSpec, source: SplitSource) -> Columns:
+    from datasets import load_dataset
+
+    dataset = load_dataset(GLUE_HUB_ID, spec.hub_config, split=source.hub_split)
+    columns: Columns = dataset.to_dict()
+    if not spec.is_regression:
+        hub_names = dataset.features["label"].names
+        missing = set(hub_names) - set(spec.label_names)
+        if missing:
+            raise DataError(
+                f"{GLUE_HUB_ID}/{spec.hub_config}: labels {sorted(missing)} are not among "
+                f"{list(spec.label_names)}"
+            )
+        to_ours = [spec.label_names.index(name) for name in hub_names]  # map by name
+        columns["label"] = [to_ours[label] for label in columns["label"]]
+    return {key: columns[key] for key in ("idx", *spec.text_fields, "label")}
+
+
+def subset(columns: Columns, size: int | None, seed: int, where: str) -> Columns:
+    """Take a fixed-seed random subset of ``size`` rows (original order kept).
+
+    Args:
+        columns: The split's columns.
+        size: Rows to keep; None keeps all.
+        seed: The data seed (independent of the training seed).
+        where: Description of the split for error messages.
+
+    Returns:
+        The subset's columns.
+
+    Raises:
+        ConfigError: If ``size`` is not positive or larger than the split.
+    """
+    n = len(columns["idx"])
+    if size is None:
+        return columns
+    if not isinstance(size, int) or size < 1 or size > n:
+        raise ConfigError(f"data.train_size={size!r} but {where} has {n} examples (valid: 1..{n})")
+    keep = np.sort(np.random.default_rng(seed).permutation(n)[:size])
+    return {key: [values[i] for i in keep] for key, values in columns.items()}
+
+
+@dataclass
+class Encoded:
+    """A tokenized split: per-example features plus what truncation did."""
+
+    examples: list[dict[str, Any]]
+    n_truncated: int
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.examples[index]
+
+
+def tokenize(
+    tokenizer: Any, spec: TaskSpec, columns: Columns, max_length: int, where: str
+) -> Encoded:
+    """Tokenize a split without padding, counting truncated examples.
+
+    Args:
+        tokenizer: A fast tokenizer.
+        spec: The task (which fields, regression or not).
+        columns: The split's columns.
+        max_length: Maximum tokens per example (special tokens included).
+        where: Description of the split for the truncation warning.
+
+    Returns:
+        The encoded split.
+    """
+    texts = [columns[field] for field in spec.text_fields]
+    full = tokenizer(*texts, truncation=False, add_special_tokens=True)["input_ids"]
+    n_truncated = sum(len(ids) > max_length for ids in full)
+    if n_truncated:
+        log.warning("%s: %d examples truncated to max_length=%d", where, n_truncated, max_length)
+    enc = tokenizer(*texts, truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+    label_type = float if spec.is_regression else int
+    examples = [
+        {
+            **{k: enc[k][i] for k in keys},
+            "labels": label_type(columns["label"][i]),
+            "idx": int(columns["idx"][i]),
+        }
+        for i in range(len(columns["idx"]))
+    ]
+    return Encoded(examples, n_truncated)
+
+
+class GlueDataModule(L.LightningDataModule):
+    """Training and dev data of one GLUE task, tokenized once, padded per batch.
+
+    Args:
+        spec: The task.
+        tokenizer: A fast tokenizer padding on the right.
+        data_dir: Local data root (GLUE download layout) or None for the Hub.
+        train_size: Size of the fixed-seed training subset, or None for all.
+        data_seed: Seed of the subset (independent of the training seed).
+        max_length: Maximum tokens per example.
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation batch size.
+        num_workers: DataLoader workers.
+    """
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        tokenizer: Any,
+        data_dir: str | Path | None,
+        train_size: int | None,
+        data_seed: int,
+        max_length: int,
+        batch_size: int,
+        eval_batch_size: int,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.data_dir = data_dir
+        self.train_size = train_size
+        self.data_seed = data_seed
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.train: Encoded | None = None
+        self.dev: dict[str, Encoded] = {}
+        self.train_labels: list[Any] = []
+        self.dev_labels: dict[str, list[Any]] = {}
+
+    @property
+    def dev_names(self) -> list[str]:
+        """Names of the evaluation splits, in dataloader order."""
+        return list(self.spec.dev)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, subset and tokenize every split (once)."""
+        if self.train is not None:
+            return
+        where = f"{self.spec.name} train"
+        train = subset(
+            load_split(self.spec, self.spec.train, self.data_dir),
+            self.train_size,
+            self.data_seed,
+            where,
+        )
+        self.train_labels = list(train["label"])
+        self.train = tokenize(self.tokenizer, self.spec, train, self.max_length, where)
+        for name, source in self.spec.dev.items():
+            columns = load_split(self.spec, source, self.data_dir)
+            self.dev_labels[name] = list(columns["label"])
+            self.dev[name] = tokenize(
+                self.tokenizer, self.spec, columns, self.max_length, f"{self.spec.name} {name}"
+            )
+
+    def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches (order from the global seed)."""
+        assert self.train is not None, "call setup() first"
+        return DataLoader(
+            self.train,  # type: ignore[arg-type]
+            batch_size=self.batch_size,
+            shuffle=True,
+            collate_fn=self._collate,
+            num_workers=self.num_workers,
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation split (``dev``; MNLI adds ``dev_mismatched``)."""
+        return [
+            DataLoader(
+                self.dev[name],  # type: ignore[arg-type]
+                batch_size=self.eval_batch_size,
+                shuffle=False,
+                collate_fn=self._collate,
+                num_workers=self.num_workers,
+            )
+            for name in self.dev_names
+        ]

@@ -1,0 +1,32 @@
+"""The project's own error types: every expected failure raises one of these."""
+
+from __future__ import annotations
+
+
+class HeadbenchError(Exception):
+    """Base class of every error headbench raises on purpose."""
+
+
+class ConfigError(HeadbenchError, ValueError):
+    """A configuration value is invalid; the message names the key and valid choices."""
+
+
+class DataError(HeadbenchError, ValueError):
+    """A data file is missing or malformed; the message names the file and line."""
+
+
+class EncoderError(HeadbenchError, ValueError):
+    """An encoder cannot be loaded or does not support the requested option."""
+
+
+class DivergedError(HeadbenchError, RuntimeError):
+    """The training loss became NaN or infinite.
+
+    Attributes:
+        step: The global step at which the non-finite loss was seen.
+    """
+
+    def __init__(self, step: int, loss: float) -> None:
+        super().__init__(f"non-finite training loss {loss} at global step {step}")
+        self.step = step
+        self.loss = loss

@@ -1,0 +1,75 @@
+"""Classification heads, identical across encoders, chosen by name from :data:`HEADS`.
+
+Every head has the signature ``forward(hidden_states, attention_mask) -> logits`` where
+``hidden_states`` is the encoder's tuple of L + 1 tensors (B, T, H).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch import nn
+
+from bench.errors import ConfigError
+from bench.heads.base import SequenceHead
+from bench.heads.bilstm import BiLSTMHead
+from bench.heads.last4_concat import Last4ConcatHead
+from bench.heads.linear import LinearHead
+from bench.heads.pooler import PoolerHead
+
+HEADS: dict[str, type[SequenceHead]] = {
+    "linear": LinearHead,
+    "pooler": PoolerHead,
+    "last4_concat": Last4ConcatHead,
+    "bilstm": BiLSTMHead,
+}
+# Config keys that describe the cell rather than the module.
+_META_KEYS = ("name", "label")
+
+
+def _valid_options(cls: type[SequenceHead]) -> list[str]:
+    names: set[str] = set()
+    for klass in (cls, SequenceHead):
+        names |= set(inspect.signature(klass.__init__).parameters)
+    names -= {"self", "options", "hidden_size", "num_layers", "num_labels"}
+    return sorted(names - cls.fixed_options)
+
+
+def build_head(
+    cfg: dict[str, Any], hidden_size: int, num_layers: int, num_labels: int
+) -> SequenceHead:
+    """Build a head from its config group.
+
+    Args:
+        cfg: The ``head`` config as a plain dict: ``name`` plus the head's options.
+        hidden_size: Encoder width H.
+        num_layers: Encoder depth L.
+        num_labels: Number of outputs.
+
+    Returns:
+        The head module.
+
+    Raises:
+        ConfigError: For an unknown head name or an option the head does not take.
+    """
+    name = cfg.get("name")
+    if name not in HEADS:
+        raise ConfigError(f"unknown head {name!r} (head.name); valid choices: {', '.join(HEADS)}")
+    cls = HEADS[name]
+    options = {k: v for k, v in cfg.items() if k not in _META_KEYS}
+    valid = _valid_options(cls)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(
+            f"head {name!r} does not take option(s) {unknown}; valid options: {', '.join(valid)}"
+        )
+    return cls(hidden_size, num_layers, num_labels, **options)
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters of a module (optionally only those requiring grad)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+__all__ = ["HEADS", "SequenceHead", "build_head", "count_parameters"]

@@ -1,0 +1,102 @@
+"""GLUE's official metrics with torchmetrics, and the majority-class baseline."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.classification import (
+    BinaryAccuracy,
+    BinaryF1Score,
+    BinaryMatthewsCorrCoef,
+    MulticlassAccuracy,
+    MulticlassMatthewsCorrCoef,
+)
+from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+
+from bench.errors import ConfigError
+from bench.tasks import TaskSpec
+
+
+def _metric(name: str, num_labels: int) -> Metric:
+    binary = num_labels == 2
+    if name == "accuracy":
+        return BinaryAccuracy() if binary else MulticlassAccuracy(num_labels, average="micro")
+    if name == "f1":  # GLUE's F1 is binary F1 of the positive class (MRPC, QQP)
+        return BinaryF1Score()
+    if name == "mcc":
+        return BinaryMatthewsCorrCoef() if binary else MulticlassMatthewsCorrCoef(num_labels)
+    if name == "pearson":
+        return PearsonCorrCoef()
+    if name == "spearman":
+        return SpearmanCorrCoef()
+    raise ConfigError(f"unknown metric {name!r}")
+
+
+def build_metrics(spec: TaskSpec) -> MetricCollection:
+    """Build the task's metric collection.
+
+    Args:
+        spec: The task.
+
+    Returns:
+        A ``MetricCollection`` updated with ``(preds, target)``: class ids for
+        classification, float scores for regression.
+    """
+    return MetricCollection({name: _metric(name, spec.num_labels) for name in spec.metrics})
+
+
+def finite_or_none(value: float) -> float | None:
+    """Return ``value`` as a float, or None where it is NaN or infinite (JSON-safe)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def score(
+    spec: TaskSpec, preds: Sequence[float], labels: Sequence[float]
+) -> dict[str, float | None]:
+    """Score predictions with the task's metrics.
+
+    Args:
+        spec: The task.
+        preds: Predicted class ids (or scores for regression).
+        labels: Gold class ids (or scores).
+
+    Returns:
+        Metric name -> value (None where undefined, e.g. correlation of a constant).
+    """
+    dtype = torch.float32 if spec.is_regression else torch.long
+    metrics = build_metrics(spec)
+    with torch.no_grad():
+        values = metrics(torch.tensor(preds, dtype=dtype), torch.tensor(labels, dtype=dtype))
+    return {name: finite_or_none(value) for name, value in values.items()}
+
+
+def majority_baseline(
+    spec: TaskSpec, train_labels: Sequence[float], dev_labels: Sequence[float]
+) -> dict[str, object]:
+    """Score the constant predictor: the most frequent training class (mean score for STS-B).
+
+    Args:
+        spec: The task.
+        train_labels: Labels of the training data actually used.
+        dev_labels: Gold labels of the evaluation split.
+
+    Returns:
+        ``{"strategy", "prediction", "metrics"}``; correlations of a constant are None.
+    """
+    if spec.is_regression:
+        prediction: float = float(sum(train_labels) / len(train_labels))
+        strategy = "mean"
+    else:
+        prediction = Counter(train_labels).most_common(1)[0][0]
+        strategy = "majority"
+    constant = [prediction] * len(dev_labels)
+    return {
+        "strategy": strategy,
+        "prediction": prediction,
+        "metrics": score(spec, constant, dev_labels),
+    }

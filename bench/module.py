@@ -1,0 +1,218 @@
+"""The ``LightningModule``: an encoder, a head, a freezing strategy, GLUE metrics.
+
+It takes plain values (dicts, ints, floats) and builds every module inside, so
+``save_hyperparameters()`` records the whole grid cell and checkpoints load back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from bench.encoders import load_encoder, pooler_weights
+from bench.errors import DivergedError, EncoderError
+from bench.freezing import apply_freezing
+from bench.heads import build_head, count_parameters
+from bench.metrics import build_metrics, finite_or_none
+from bench.tasks import get_task
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class HeadbenchModule(L.LightningModule):
+    """One grid cell: encoder × head × freezing strategy on a task.
+
+    Args:
+        encoder: The ``encoder`` config group (``name``, ``source``, ``pooler``...).
+        head: The ``head`` config group (``name`` plus head options).
+        freeze: The ``freeze`` config group (``name``, ``k`` for ``top_k``).
+        task: Task name.
+        optim: ``encoder_lr``, ``head_lr`` (encoder training), ``frozen_head_lr``
+            (encoder frozen), ``weight_decay``, ``warmup_ratio``, ``adam_eps``, ``betas``.
+        dev_names: Names of the evaluation splits, in dataloader order.
+    """
+
+    def __init__(
+        self,
+        encoder: dict[str, Any],
+        head: dict[str, Any],
+        freeze: dict[str, Any],
+        task: str,
+        optim: dict[str, Any],
+        dev_names: list[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.spec = get_task(task)
+        self.encoder, self.encoder_info = load_encoder(encoder)
+        info = self.encoder_info
+        self.head = build_head(head, info.hidden_size, info.num_layers, self.spec.num_labels)
+        if head.get("init") == "pretrained":
+            self._copy_pretrained_pooler()
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler = None  # the head is the only pooler; keeps counts honest
+        self.freeze_report = apply_freezing(self.encoder, freeze["name"], freeze.get("k"))
+        self.dev_names = list(dev_names or ["dev"])
+        self.metrics = nn.ModuleDict({n: build_metrics(self.spec) for n in self.dev_names})
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        self._train_loss = [0.0, 0]  # sum, count since the epoch started
+
+    def _copy_pretrained_pooler(self) -> None:
+        info = self.encoder_info
+        if info.pooler_declared != "trained" or info.pooler_detected != "trained":
+            raise EncoderError(
+                f"head.init=pretrained needs a trained pooler, but encoder {info.name!r} "
+                f"declares pooler={info.pooler_declared} and its weights look "
+                f"{info.pooler_detected}; use head.init=random (RoBERTa-style head)"
+            )
+        self.head.load_pretrained_pooler(*pooler_weights(self.encoder))  # type: ignore[operator]
+
+    @property
+    def encoder_frozen(self) -> bool:
+        """True when no encoder parameter trains."""
+        return self.freeze_report.encoder_trainable == 0
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable and total parameters of the encoder, the head and both."""
+        return {
+            "encoder_trainable": self.freeze_report.encoder_trainable,
+            "encoder_total": self.freeze_report.encoder_total,
+            "head": count_parameters(self.head),
+            "trainable": count_parameters(self, trainable_only=True),
+            "total": count_parameters(self),
+        }
+
+    @property
+    def head_lr(self) -> float:
+        """The head's learning rate: ``frozen_head_lr`` when the encoder is frozen."""
+        optim = self.hparams["optim"]
+        if self.encoder_frozen:
+            return float(optim.get("frozen_head_lr", optim["head_lr"]))
+        return float(optim["head_lr"])
+
+    def train(self, mode: bool = True) -> HeadbenchModule:
+        """Switch modes but keep frozen encoder parts in eval mode (no dropout)."""
+        super().train(mode)
+        for module in self.freeze_report.frozen_modules:
+            module.eval()
+        return self
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """Return logits (B, C) for a padded batch."""
+        inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+            out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
+        return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
+
+    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        if self.spec.is_regression:
+            return F.mse_loss(logits.squeeze(-1), labels.float())
+        return F.cross_entropy(logits, labels)
+
+    def _predict(self, logits: Tensor) -> Tensor:
+        return logits.squeeze(-1) if self.spec.is_regression else logits.argmax(dim=-1)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """One optimisation step; a non-finite loss stops the run as diverged."""
+        loss = self._loss(self(batch), batch["labels"])
+        if not torch.isfinite(loss):
+            raise DivergedError(self.global_step, float(loss))
+        size = batch["labels"].shape[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
+        self._train_loss[0] += float(loss.detach()) * size
+        self._train_loss[1] += size
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        """Reset the running mean of the training loss."""
+        self._train_loss = [0.0, 0]
+
+    def validation_step(
+        self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Update the split's metrics and keep its predictions."""
+        name = self.dev_names[dataloader_idx]
+        logits = self(batch)
+        preds = self._predict(logits)
+        self.metrics[name].update(preds, batch["labels"])
+        self.log(
+            f"{name}/loss",
+            self._loss(logits, batch["labels"]),
+            batch_size=batch["labels"].shape[0],
+            add_dataloader_idx=False,
+        )
+        self._outputs.setdefault(name, []).append(
+            (batch["idx"].cpu(), batch["labels"].cpu(), preds.detach().cpu())
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
+        record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
+        for name in self.dev_names:
+            values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
+            self.metrics[name].reset()
+            self.log_dict({f"{name}/{k}": v for k, v in values.items() if v is not None})
+            record[name] = values
+        total, count = self._train_loss
+        record["train_loss"] = total / count if count else None  # mean over the epoch so far
+        self.history.append(record)
+        main = record[self.dev_names[0]][self.spec.main_metric]
+        main = -math.inf if main is None else main
+        if self.best is None or main > self.best["main"]:
+            self.best = {
+                "epoch": self.current_epoch,
+                "main": main,
+                "metrics": {n: record[n] for n in self.dev_names},
+                "predictions": {n: self._collect(n) for n in self.dev_names},
+            }
+        self._outputs.clear()
+
+    def _collect(self, name: str) -> dict[str, list[Any]]:
+        parts = self._outputs.get(name, [])
+        if not parts:
+            return {"idx": [], "label": [], "pred": []}
+        idx, labels, preds = (torch.cat(p).tolist() for p in zip(*parts, strict=True))
+        return {"idx": idx, "label": labels, "pred": preds}
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW over trainable parameters with separate encoder/head learning rates.
+
+        Matrices decay, biases and norm weights do not (nanoGPT's grouping).
+        Warm-up then linear decay to zero, stepped every optimizer step.
+        """
+        from transformers import get_linear_schedule_with_warmup
+
+        optim = self.hparams["optim"]
+        groups = []
+        for part, module, lr in (
+            ("encoder", self.encoder, optim["encoder_lr"]),
+            ("head", self.head, self.head_lr),
+        ):
+            params = [p for p in module.parameters() if p.requires_grad]
+            decay = [p for p in params if p.dim() >= 2]
+            no_decay = [p for p in params if p.dim() < 2]
+            for suffix, group, wd in (
+                ("decay", decay, optim["weight_decay"]),
+                ("no_decay", no_decay, 0.0),
+            ):
+                if group:
+                    groups.append(
+                        {"params": group, "lr": lr, "weight_decay": wd, "name": f"{part}/{suffix}"}
+                    )
+        optimizer = torch.optim.AdamW(
+            groups, betas=tuple(optim.get("betas", (0.9, 0.999))), eps=optim.get("adam_eps", 1e-8)
+        )
+        total = int(self.trainer.estimated_stepping_batches)
+        warmup = math.ceil(optim.get("warmup_ratio", 0.0) * total)
+        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }

@@ -1,0 +1,280 @@
+"""Train and evaluate one grid cell; write its ``result.json`` atomically.
+
+:func:`run` is plain Python (testable without Hydra's entry point); ``bench.__main__``
+wraps it in ``@hydra.main``. A failing cell never raises out of :func:`run`: its result
+records ``status`` (``ok``, ``failed``, ``diverged``) and the reason, so a sweep goes on.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import traceback
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from bench.atomic import atomic_write, atomic_write_json
+from bench.errors import ConfigError, DivergedError
+from bench.metrics import majority_baseline
+from bench.tasks import get_task
+
+log = logging.getLogger(__name__)
+
+RESULT_FILE = "result.json"
+RESULT_SCHEMA = 1
+_VERSIONED = (
+    "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
+    "hydra-core", "datasets", "numpy",
+)  # fmt: skip
+_HASHED_KEYS = (
+    "task",
+    "encoder",
+    "head",
+    "freeze",
+    "seed",
+    "data_seed",
+    "data",
+    "optim",
+    "trainer",
+)
+_ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
+
+
+def cell_of(cfg: DictConfig) -> dict[str, Any]:
+    """The grid coordinates of a config: task, encoder, head, freeze, seed (plus labels)."""
+    return {
+        "task": cfg.task.name,
+        "encoder": cfg.encoder.name,
+        "head": cfg.head.name,
+        "head_label": cfg.head.get("label", cfg.head.name),
+        "freeze": cfg.freeze.name,
+        "freeze_label": cfg.freeze.get("label", cfg.freeze.name),
+        "seed": int(cfg.seed),
+    }
+
+
+def cell_path(cfg: DictConfig) -> str:
+    """Run directory of a cell relative to the sweep root: ``task/encoder/head/freeze/seed=N``."""
+    c = cell_of(cfg)
+    return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/seed={c['seed']}"
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Content hash of everything that changes a cell's numbers."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(container, dict)
+    hashed = {k: container.get(k) for k in _HASHED_KEYS}
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _git_commit() -> dict[str, Any]:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if commit.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _hardware() -> dict[str, Any]:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": gpu,
+    }
+
+
+def _peak_memory() -> dict[str, float | None]:
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    # ru_maxrss is process-wide: in a multirun it includes earlier cells of the same process.
+    return {"process_rss_mb": rss_kb / 1024, "cuda_allocated_mb": cuda}
+
+
+def _loggers(run_dir: Path) -> list[Any]:
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(run_dir, name="logs", version="")]
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return loggers
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    loggers.append(TensorBoardLogger(run_dir, name="tb", version="", default_hp_metric=False))
+    return loggers
+
+
+def _check_max_length(max_length: int, info: Any) -> None:
+    limit = info.max_positions - (2 if info.model_type in _ROBERTA_LIKE else 0)
+    if max_length > limit:
+        raise ConfigError(
+            f"data.max_length={max_length} exceeds encoder {info.name!r}'s position limit "
+            f"{limit}; valid values: 1..{limit}"
+        )
+
+
+def _write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
+    for split, cols in predictions.items():
+
+        def write(handle: Any, cols: dict[str, list[Any]] = cols) -> None:
+            writer = csv.writer(handle)
+            writer.writerow(["idx", "label", "pred"])
+            writer.writerows(zip(cols["idx"], cols["label"], cols["pred"], strict=True))
+
+        atomic_write(run_dir / f"predictions_{split}.csv", write)
+
+
+def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
+    import lightning as L
+
+    from bench.data import GlueDataModule
+    from bench.encoders import load_tokenizer
+    from bench.module import HeadbenchModule
+
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    spec = get_task(cfg.task.name)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    tokenizer = load_tokenizer(plain["encoder"])
+    datamodule = GlueDataModule(
+        spec,
+        tokenizer,
+        data_dir=cfg.data.dir,
+        train_size=cfg.data.train_size,
+        data_seed=int(cfg.data_seed),
+        max_length=int(cfg.data.max_length),
+        batch_size=int(cfg.data.batch_size),
+        eval_batch_size=int(cfg.data.eval_batch_size),
+        num_workers=int(cfg.data.num_workers),
+    )
+    module = HeadbenchModule(
+        encoder=plain["encoder"],
+        head=plain["head"],
+        freeze=plain["freeze"],
+        task=spec.name,
+        optim=plain["optim"],
+        dev_names=datamodule.dev_names,
+    )
+    _check_max_length(int(cfg.data.max_length), module.encoder_info)
+    result["encoder_info"] = module.encoder_info.to_dict()
+    result["params"] = module.parameter_counts()
+    result["learning_rates"] = {"encoder": plain["optim"]["encoder_lr"], "head": module.head_lr}
+    datamodule.setup("fit")
+    assert datamodule.train is not None
+    result["data"] = {
+        "source": str(cfg.data.dir) if cfg.data.dir else "hub",
+        "n_train": len(datamodule.train),
+        "n_dev": {n: len(d) for n, d in datamodule.dev.items()},
+        "truncated": {
+            "train": datamodule.train.n_truncated,
+            **{n: d.n_truncated for n, d in datamodule.dev.items()},
+        },
+    }
+    result["baseline"] = {
+        name: majority_baseline(spec, datamodule.train_labels, labels)
+        for name, labels in datamodule.dev_labels.items()
+    }
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    assert isinstance(trainer_kwargs, dict)
+    trainer_kwargs.pop("name", None)
+    trainer = L.Trainer(
+        **trainer_kwargs,
+        default_root_dir=run_dir,
+        logger=_loggers(run_dir),
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        enable_progress_bar=sys.stderr.isatty(),
+        enable_model_summary=False,
+    )
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        result["train_time_s"] = time.perf_counter() - started
+        result["history"] = module.history
+    assert module.best is not None, "no validation epoch ran"
+    result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
+    result["main_metric"] = spec.main_metric
+    _write_predictions(run_dir, module.best["predictions"])
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train and evaluate one cell and write ``<run_dir>/result.json``.
+
+    Args:
+        cfg: The composed config (``task``, ``encoder``, ``head``, ``freeze``, ``seed``,
+            ``data``, ``optim``, ``trainer``).
+        run_dir: Directory for the result, predictions and logs.
+
+    Returns:
+        The result dict as written: ``status`` is ``ok``, ``failed`` or ``diverged``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "cell": cell_of(cfg),
+        "status": "running",
+        "reason": None,
+        "config_hash": config_hash(cfg),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    try:
+        _train(cfg, run_dir, result)
+        result["status"] = "ok"
+    except DivergedError as err:
+        result.update(status="diverged", reason=str(err), diverged_step=err.step)
+        log.error("cell %s diverged: %s", cell_path(cfg), err)
+    except Exception as err:  # a failing cell is recorded, never fatal to the sweep
+        result.update(status="failed", reason=f"{type(err).__name__}: {err}")
+        result["traceback"] = traceback.format_exc()
+        log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
+    result["wall_time_s"] = time.perf_counter() - started
+    result["peak_memory"] = _peak_memory()
+    result["git"] = _git_commit()
+    result["versions"] = _versions()
+    result["hardware"] = _hardware()
+    atomic_write_json(run_dir / RESULT_FILE, result)
+    return result
