@@ -94,9 +94,8 @@ def majority_baseline(
     else:
         prediction = Counter(train_labels).most_common(1)[0][0]
         strategy = "majority"
-    constant = [prediction] * len(dev_labels)
-    return {
-        "strategy": strategy,
-        "prediction": prediction,
-        "metrics": score(spec, constant, dev_labels),
-    }
+    if spec.is_regression:  # the correlation of a constant predictor is undefined
+        metrics: dict[str, float | None] = dict.fromkeys(spec.metrics)
+    else:
+        metrics = score(spec, [prediction] * len(dev_labels), dev_labels)
+    return {"strategy": strategy, "prediction": prediction, "metrics": metrics}

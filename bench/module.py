@@ -63,6 +63,7 @@ class HeadbenchModule(L.LightningModule):
         self.best: dict[str, Any] | None = None
         self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
         self._train_loss = [0.0, 0]  # sum, count since the epoch started
+        self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
     def _copy_pretrained_pooler(self) -> None:
         info = self.encoder_info
@@ -131,7 +132,8 @@ class HeadbenchModule(L.LightningModule):
         return loss
 
     def on_train_epoch_start(self) -> None:
-        """Reset the running mean of the training loss."""
+        """Enter training mode (frozen parts stay in eval); reset the running loss."""
+        self.train()
         self._train_loss = [0.0, 0]
 
     def validation_step(

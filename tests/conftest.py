@@ -1,0 +1,47 @@
+"""Shared fixtures: the real data directory, Hydra composition, tiny encoder configs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def _data_dir() -> Path:
+    env = os.environ.get("HEADBENCH_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+DATA_DIR = _data_dir()
+
+ENCODERS = {
+    "tiny_bert": {"name": "tiny_bert", "source": "tiny:bert", "pooler": "untrained"},
+    "tiny_roberta": {"name": "tiny_roberta", "source": "tiny:roberta", "pooler": "untrained"},
+}
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "glue").is_dir():
+        pytest.fail(f"real data not found at {DATA_DIR}; set HEADBENCH_DATA")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def compose_cfg() -> Callable[..., DictConfig]:
+    """Compose the real config tree with overrides (as the command line would)."""
+
+    def _compose(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=list(overrides))
+        OmegaConf.set_struct(cfg, False)
+        return cfg
+
+    return _compose

@@ -1,0 +1,130 @@
+"""Data: the strict GLUE reader on the real files, its errors, subsets, tokenization, padding."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bench.data import GlueDataModule, subset, tokenize
+from bench.encoders import load_tokenizer
+from bench.errors import ConfigError, DataError
+from bench.glue_files import glue_file, read_glue_tsv
+from bench.tasks import get_task
+from conftest import ENCODERS
+
+# Row and label counts from ../shared/data/README.md (independent of this code).
+EXPECTED = {
+    ("cola", "train.tsv"): (8551, {1: 6023, 0: 2528}),
+    ("cola", "dev.tsv"): (1043, {1: 721, 0: 322}),
+    ("sst2", "train.tsv"): (67349, {1: 37569, 0: 29780}),
+    ("sst2", "dev.tsv"): (872, {1: 444, 0: 428}),
+    ("mrpc", "train.tsv"): (3668, {1: 2474, 0: 1194}),
+    ("mrpc", "dev.tsv"): (408, {1: 279, 0: 129}),
+    ("rte", "train.tsv"): (2490, {0: 1249, 1: 1241}),  # 0 = entailment, by name
+    ("rte", "dev.tsv"): (277, {0: 146, 1: 131}),
+    ("qnli", "dev.tsv"): (5463, {0: 2702, 1: 2761}),
+    ("stsb", "train.tsv"): (5749, None),
+    ("stsb", "dev.tsv"): (1500, None),
+    ("wnli", "dev.tsv"): (71, None),
+}
+
+
+@pytest.mark.parametrize(("task", "filename"), sorted(EXPECTED))
+def test_reader_matches_the_published_counts(data_dir, task, filename):
+    spec = get_task(task)
+    cols = read_glue_tsv(glue_file(data_dir, spec, filename), spec)
+    rows, labels = EXPECTED[(task, filename)]
+    assert len(cols["idx"]) == rows
+    assert cols["idx"] == list(range(rows))
+    if labels is not None:
+        assert dict(Counter(cols["label"])) == labels
+    for field in spec.text_fields:
+        assert all(text.strip() for text in cols[field])
+
+
+def test_reader_maps_text_columns_by_header_name(data_dir):
+    spec = get_task("mrpc")  # BOM-prefixed header, label in the first column
+    cols = read_glue_tsv(glue_file(data_dir, spec, "dev.tsv"), spec)
+    assert cols["sentence1"][0].startswith("He said the foodservice pie business")
+    assert cols["sentence2"][0].startswith('" The foodservice pie business')
+    assert cols["label"][0] == 1
+    stsb = read_glue_tsv(glue_file(data_dir, get_task("stsb"), "dev.tsv"), get_task("stsb"))
+    assert stsb["label"][:2] == [5.0, 4.75]
+
+
+def _write(tmp_path, task, filename, content: bytes):
+    spec = get_task(task)
+    path = tmp_path / "glue" / spec.glue_dir / filename
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    return spec, path
+
+
+@pytest.mark.parametrize(
+    ("task", "content", "needle"),
+    [
+        (
+            "sst2",
+            b"sentence\tlabel\ngood\t1\nbad\t0\textra\n",
+            r"train.tsv:3: expected 2 .* found 3",
+        ),
+        ("sst2", b"sentence\tlabel\ngood\t1\n  \t0\n", r"train.tsv:3: empty text"),
+        ("sst2", b"sentence\tlabel\ngood\t7\n", r"train.tsv:2: unknown label '7'; valid labels"),
+        ("sst2", b"sentence\tlabel\ngo\xffod\t1\n", r"train.tsv:2: not valid UTF-8"),
+        (
+            "rte",
+            b"index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentails\n",
+            r"train.tsv:2: unknown label",
+        ),
+        (
+            "stsb",
+            b"a\tb\tsentence1\tsentence2\tscore\nx\ty\ts\tt\thigh\n",
+            r"train.tsv:2: score 'high'",
+        ),
+        ("sst2", b"text\tlabel\ngood\t1\n", r"train.tsv:1: header has no column 'sentence'"),
+        ("cola", b"src\t1\t\tok sentence\nsrc\t0\tmissing columns\n", r"train.tsv:2: expected 4"),
+        ("sst2", b"sentence\tlabel\n", r"train.tsv: no data rows"),
+    ],
+)
+def test_malformed_files_raise_errors_naming_file_and_line(tmp_path, task, content, needle):
+    spec, path = _write(tmp_path, task, "train.tsv", content)
+    with pytest.raises(DataError, match=needle):
+        read_glue_tsv(path, spec)
+
+
+def test_missing_data_dir_and_file_are_named(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        glue_file(tmp_path / "nowhere", get_task("sst2"), "train.tsv")
+    with pytest.raises(DataError, match=r"glue/SST-2/train.tsv not found"):
+        glue_file(tmp_path, get_task("sst2"), "train.tsv")
+
+
+def test_subset_is_fixed_by_the_data_seed_and_keeps_order():
+    cols = {"idx": list(range(100)), "label": [i % 2 for i in range(100)]}
+    a, b, c = subset(cols, 10, 0, "t"), subset(cols, 10, 0, "t"), subset(cols, 10, 1, "t")
+    assert a == b and a != c
+    assert a["idx"] == sorted(a["idx"]) and len(set(a["idx"])) == 10
+    assert subset(cols, None, 0, "t") is cols
+    with pytest.raises(ConfigError, match=r"data.train_size=101 but t has 100 examples"):
+        subset(cols, 101, 0, "t")
+
+
+@pytest.mark.parametrize("encoder", ["tiny_bert", "tiny_roberta"])
+def test_truncation_is_counted_and_padding_is_dynamic_and_right(data_dir, encoder):
+    spec = get_task("rte")
+    tok = load_tokenizer(ENCODERS[encoder])
+    dm = GlueDataModule(spec, tok, data_dir, 64, 0, 48, 8, 8)
+    dm.setup()
+    assert dm.train.n_truncated > 0  # RTE premises are long
+    assert all(len(ex["input_ids"]) <= 48 for ex in dm.train.examples)
+    full = tokenize(
+        tok, spec, {"idx": [0], "sentence1": ["a b"], "sentence2": ["c"], "label": [1]}, 48, "x"
+    )
+    assert full.n_truncated == 0
+    batch = next(iter(dm.val_dataloader()[0]))
+    lengths = batch["attention_mask"].sum(1)
+    assert batch["input_ids"].shape[1] == int(lengths.max())  # padded to the batch's longest
+    for row, n in zip(batch["attention_mask"], lengths, strict=True):
+        assert row[:n].all() and not row[n:].any()  # right padding
+    assert batch["idx"].tolist() == list(range(8))

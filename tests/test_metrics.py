@@ -1,0 +1,59 @@
+"""Metrics equal scikit-learn / scipy on the same predictions; the majority baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from bench.metrics import majority_baseline, score
+from bench.tasks import TASKS, get_task
+
+REFERENCE = {
+    "accuracy": accuracy_score,
+    "f1": f1_score,
+    "mcc": matthews_corrcoef,
+    "pearson": lambda y, p: pearsonr(y, p)[0],
+    "spearman": lambda y, p: spearmanr(y, p)[0],
+}
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_metrics_equal_sklearn_and_scipy(task, seed):
+    spec = get_task(task)
+    rng = np.random.default_rng(seed)
+    n = 257
+    if spec.is_regression:
+        labels = rng.uniform(0, 5, n)
+        preds = labels + rng.normal(0, 1.5, n)
+    else:
+        labels = rng.integers(0, spec.num_labels, n)
+        preds = np.where(rng.random(n) < 0.6, labels, rng.integers(0, spec.num_labels, n))
+    ours = score(spec, preds.tolist(), labels.tolist())
+    assert set(ours) == set(spec.metrics)
+    for name, value in ours.items():
+        assert value == pytest.approx(REFERENCE[name](labels, preds), abs=1e-5), name
+
+
+def test_glue_metric_choices():
+    assert get_task("cola").main_metric == "mcc"
+    assert set(get_task("mrpc").metrics) == {"f1", "accuracy"}
+    assert set(get_task("qqp").metrics) == {"f1", "accuracy"}
+    assert set(get_task("stsb").metrics) == {"pearson", "spearman"}
+    assert list(get_task("mnli").dev) == ["dev", "dev_mismatched"]
+
+
+def test_majority_baseline_predicts_the_most_frequent_training_class():
+    spec = get_task("mrpc")
+    base = majority_baseline(spec, [1, 1, 0, 1], [0, 1, 1, 1, 0])
+    assert base["strategy"] == "majority" and base["prediction"] == 1
+    assert base["metrics"]["accuracy"] == pytest.approx(0.6)
+    assert base["metrics"]["f1"] == pytest.approx(f1_score([0, 1, 1, 1, 0], [1] * 5))
+
+
+def test_regression_baseline_is_the_mean_and_its_correlation_is_undefined():
+    base = majority_baseline(get_task("stsb"), [1.0, 3.0], [0.5, 4.0, 2.0])
+    assert base["strategy"] == "mean" and base["prediction"] == 2.0
+    assert base["metrics"] == {"pearson": None, "spearman": None}

@@ -1,0 +1,127 @@
+"""One cell end to end: real Hydra config, real data, real Trainer, result files on disk."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from scipy.stats import pearsonr
+from sklearn.metrics import accuracy_score, f1_score
+
+from bench.train import cell_path, run
+from conftest import ROOT
+
+FAST = ("trainer.max_epochs=2", "data.max_length=48", "data.batch_size=16")
+
+
+def _read_predictions(path):
+    with path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    return rows
+
+
+def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tmp_path):
+    cfg = compose_cfg("encoder=tiny_bert", "head=bilstm", "freeze=frozen", "task=sst2", "seed=1",
+                      "data.train_size=96", f"data.dir={data_dir}", *FAST)  # fmt: skip
+    assert cell_path(cfg) == "sst2/tiny_bert/bilstm/frozen/seed=1"
+    result = run(cfg, tmp_path)
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    assert on_disk["status"] == result["status"] == "ok", result.get("reason")
+    assert on_disk["cell"] == {"task": "sst2", "encoder": "tiny_bert", "head": "bilstm",
+                               "head_label": "bilstm", "freeze": "frozen",
+                               "freeze_label": "frozen", "seed": 1}  # fmt: skip
+    assert [h["epoch"] for h in on_disk["history"]] == [0, 1]
+    assert all(h["train_loss"] is not None for h in on_disk["history"])
+    assert on_disk["best"]["epoch"] in (0, 1)
+    assert on_disk["baseline"]["dev"]["metrics"]["accuracy"] == pytest.approx(
+        444 / 872, abs=1e-6
+    ) or on_disk["baseline"]["dev"]["metrics"]["accuracy"] == pytest.approx(428 / 872, abs=1e-6)
+    assert on_disk["params"]["encoder_trainable"] == 0 and on_disk["params"]["trainable"] > 0
+    assert on_disk["data"]["n_train"] == 96 and on_disk["data"]["n_dev"] == {"dev": 872}
+    for key in ("wall_time_s", "train_time_s", "peak_memory", "git", "versions", "hardware",
+                "config", "config_hash", "encoder_info"):  # fmt: skip
+        assert key in on_disk
+    assert on_disk["versions"]["torch"] and on_disk["encoder_info"]["trained"] is False
+    # Predictions per example id, consistent with the recorded best metric.
+    rows = _read_predictions(tmp_path / "predictions_dev.csv")
+    assert sorted(int(r["idx"]) for r in rows) == list(range(872))
+    acc = accuracy_score([int(r["label"]) for r in rows], [int(r["pred"]) for r in rows])
+    assert acc == pytest.approx(on_disk["best"]["metrics"]["dev"]["accuracy"], abs=1e-6)
+    assert (tmp_path / "logs" / "metrics.csv").is_file()  # CSV logger curves
+
+
+def test_pair_classification_and_regression_cells(compose_cfg, data_dir, tmp_path):
+    mrpc = run(compose_cfg("encoder=tiny_roberta", "head=last4_concat", "freeze=top_k", "task=mrpc",
+                           "seed=2", "data.train_size=64", f"data.dir={data_dir}", *FAST),
+               tmp_path / "mrpc")  # fmt: skip
+    assert mrpc["status"] == "ok", mrpc.get("reason")
+    rows = _read_predictions(tmp_path / "mrpc" / "predictions_dev.csv")
+    f1 = f1_score([int(r["label"]) for r in rows], [int(r["pred"]) for r in rows])
+    assert f1 == pytest.approx(mrpc["best"]["metrics"]["dev"]["f1"], abs=1e-5)
+
+    stsb = run(compose_cfg("encoder=tiny_bert", "head=pooler", "freeze=full", "task=stsb", "seed=2",
+                           "data.train_size=64", f"data.dir={data_dir}", *FAST),
+               tmp_path / "stsb")  # fmt: skip
+    assert stsb["status"] == "ok", stsb.get("reason")
+    rows = _read_predictions(tmp_path / "stsb" / "predictions_dev.csv")
+    r = pearsonr([float(x["label"]) for x in rows], [float(x["pred"]) for x in rows])[0]
+    assert r == pytest.approx(stsb["best"]["metrics"]["dev"]["pearson"], abs=1e-4)
+    assert stsb["baseline"]["dev"]["strategy"] == "mean"
+
+
+def test_a_failing_cell_is_recorded_not_raised(compose_cfg, data_dir, tmp_path):
+    cfg = compose_cfg("encoder=tiny_bert", "task=rte", "seed=1", "data.train_size=99999",
+                      f"data.dir={data_dir}")  # fmt: skip
+    result = run(cfg, tmp_path)
+    assert result["status"] == "failed"
+    assert "data.train_size=99999" in result["reason"] and "2490" in result["reason"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_path):
+    cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "freeze=frozen", "seed=1",
+                      "data.train_size=64", "optim.frozen_head_lr=1e36", "optim.warmup_ratio=0",
+                      f"data.dir={data_dir}", *FAST)  # fmt: skip
+    result = run(cfg, tmp_path)
+    assert result["status"] == "diverged", result.get("reason")
+    assert result["diverged_step"] >= 1 and "non-finite" in result["reason"]
+
+
+def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "-m", "encoder=tiny_bert", "task=sst2",
+         "head=linear,bilstm", "freeze=frozen", "seed=1", "data.train_size=48",
+         f"data.dir={data_dir}", f"runs_dir={tmp_path}/runs", f"results_dir={tmp_path}/results",
+         *FAST],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for head in ("linear", "bilstm"):
+        result = (
+            tmp_path / "runs" / "sst2" / "tiny_bert" / head / "frozen" / "seed=1" / "result.json"
+        )
+        assert json.loads(result.read_text())["status"] == "ok"
+        assert (result.parent / ".hydra" / "config.yaml").is_file()
+    with (tmp_path / "results" / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["head"], r["metric"]) for r in rows} == {
+        ("linear", "accuracy"),
+        ("bilstm", "accuracy"),
+    }
+    assert "accuracy" in proc.stdout and "bilstm" in proc.stdout
+
+
+def test_minilm_frozen_linear_beats_the_majority_baseline_on_real_sst2(
+    compose_cfg, data_dir, tmp_path
+):
+    cfg = compose_cfg("experiment=quick", "head=linear", "freeze=frozen", "hydra.mode=RUN",
+                      f"data.dir={data_dir}")  # fmt: skip
+    assert cfg.data.train_size == 2000
+    result = run(cfg, tmp_path)
+    assert result["status"] == "ok", result.get("reason")
+    best = result["best"]["metrics"]["dev"]["accuracy"]
+    baseline = result["baseline"]["dev"]["metrics"]["accuracy"]
+    assert best >= baseline + 0.10, (best, baseline)
