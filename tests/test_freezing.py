@@ -129,3 +129,26 @@ def test_top_k_changes_only_the_top_layers(data_dir):
         if not key.startswith(top):
             assert not changed, key
     assert probe.seen == {"embeddings": False, "bottom": False, "top": True, "head": True}
+
+
+def test_optimizer_groups_split_encoder_and_head_and_decay(data_dir):
+    torch.manual_seed(0)
+    module = _module({"name": "top_k", "k": 1})
+    dm = GlueDataModule(get_task("sst2"), load_tokenizer(TINY), data_dir, 64, 0, 32, 16, 64)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    groups = {g["name"]: g for g in trainer.optimizers[0].param_groups}
+    assert set(groups) == {"encoder/decay", "encoder/no_decay", "head/decay", "head/no_decay"}
+    assert groups["encoder/decay"]["initial_lr"] == OPTIM["encoder_lr"]
+    assert groups["head/decay"]["initial_lr"] == OPTIM["head_lr"]
+    assert groups["encoder/decay"]["weight_decay"] == 0.01
+    assert groups["encoder/no_decay"]["weight_decay"] == 0.0
+    assert all(p.dim() < 2 for p in groups["encoder/no_decay"]["params"])  # biases, LayerNorm
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    in_groups = [p for g in groups.values() for p in g["params"]]
+    assert len(in_groups) == len(trainable) and {id(p) for p in in_groups} == {
+        id(p) for p in trainable
+    }
+    # linear decay reaches zero at the last step
+    assert groups["head/decay"]["lr"] == pytest.approx(0.0, abs=1e-12)

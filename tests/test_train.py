@@ -125,3 +125,36 @@ def test_minilm_frozen_linear_beats_the_majority_baseline_on_real_sst2(
     best = result["best"]["metrics"]["dev"]["accuracy"]
     baseline = result["baseline"]["dev"]["metrics"]["accuracy"]
     assert best >= baseline + 0.10, (best, baseline)
+
+
+MNLI_HEADER = "\t".join(
+    ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+     "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+)  # fmt: skip
+
+
+def _mnli_rows(n: int, offset: int) -> str:
+    labels = ("entailment", "neutral", "contradiction")
+    rows = []
+    for i in range(n):
+        label = labels[(i + offset) % 3]
+        texts = f"The premise number {i} is here .\tA hypothesis {i % 7} ."
+        rows.append(f"{i}\t1\t1x\tfiction\t(a)\t(b)\t(ROOT a)\t(ROOT b)\t{texts}\t{label}\t{label}")
+    return "\n".join([MNLI_HEADER, *rows]) + "\n"
+
+
+def test_mnli_reports_matched_and_mismatched(compose_cfg, tmp_path):
+    """MNLI is not in ../shared/data; its layout is rebuilt here with MNLI's 12-column header."""
+    folder = tmp_path / "data" / "glue" / "MNLI"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text(_mnli_rows(48, 0))
+    (folder / "dev_matched.tsv").write_text(_mnli_rows(20, 1))
+    (folder / "dev_mismatched.tsv").write_text(_mnli_rows(16, 2))
+    cfg = compose_cfg("encoder=tiny_bert", "task=mnli", "seed=1", f"data.dir={tmp_path / 'data'}",
+                      "trainer.max_epochs=1")  # fmt: skip
+    result = run(cfg, tmp_path / "run")
+    assert result["status"] == "ok", result.get("reason")
+    assert set(result["best"]["metrics"]) == {"dev", "dev_mismatched"}
+    assert result["data"]["n_dev"] == {"dev": 20, "dev_mismatched": 16}
+    rows = _read_predictions(tmp_path / "run" / "predictions_dev_mismatched.csv")
+    assert len(rows) == 16 and {int(r["label"]) for r in rows} == {0, 1, 2}
