@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     from bench.module import HeadbenchModule
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     spec = get_task(cfg.task.name)
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)

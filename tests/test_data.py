@@ -128,3 +128,13 @@ def test_truncation_is_counted_and_padding_is_dynamic_and_right(data_dir, encode
     for row, n in zip(batch["attention_mask"], lengths, strict=True):
         assert row[:n].all() and not row[n:].any()  # right padding
     assert batch["idx"].tolist() == list(range(8))
+
+
+@pytest.mark.network
+def test_hub_split_maps_labels_by_name():
+    from bench.data import load_split
+
+    spec = get_task("rte")
+    cols = load_split(spec, spec.dev["dev"], None)
+    assert len(cols["idx"]) == 277
+    assert dict(Counter(cols["label"])) == {0: 146, 1: 131}
