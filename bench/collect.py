@@ -91,8 +91,11 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["task", "encoder", "head_label", "freeze_label"]
     wide = ok.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
-    wide["seeds"] = ok.groupby(keys)["seed"].nunique()
-    wide["train_s"] = ok.groupby(keys)["train_time_s"].mean()
+    main = ok.drop_duplicates(subset=[*keys, "seed"])  # one row per run for run-level columns
+    base = ok.pivot_table(index=keys, columns="metric", values="baseline", aggfunc="mean")
+    wide = wide.join(base.rename(columns=lambda m: f"{m} (majority)"))
+    wide["seeds"] = main.groupby(keys)["seed"].nunique()
+    wide["train_s"] = main.groupby(keys)["train_time_s"].mean()
     return wide
 
 
