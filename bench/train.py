@@ -50,6 +50,7 @@ _HASHED_KEYS = (
     "optim",
     "trainer",
 )
+_UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 
 
@@ -77,6 +78,10 @@ def config_hash(cfg: DictConfig) -> str:
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
     hashed = {k: container.get(k) for k in _HASHED_KEYS}
+    data = dict(hashed["data"] or {})
+    for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
+        data.pop(key, None)
+    hashed["data"] = data
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -259,6 +264,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA,
         "cell": cell_of(cfg),
+        "cell_path": cell_path(cfg),
         "status": "running",
         "reason": None,
         "config_hash": config_hash(cfg),

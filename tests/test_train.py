@@ -158,3 +158,13 @@ def test_mnli_reports_matched_and_mismatched(compose_cfg, tmp_path):
     assert result["data"]["n_dev"] == {"dev": 20, "dev_mismatched": 16}
     rows = _read_predictions(tmp_path / "run" / "predictions_dev_mismatched.csv")
     assert len(rows) == 16 and {int(r["label"]) for r in rows} == {0, 1, 2}
+
+
+def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
+    from bench.train import config_hash
+
+    base = config_hash(compose_cfg("seed=1", "data.dir=/a"))
+    assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
+    assert config_hash(compose_cfg("seed=2", "data.dir=/a")) != base
+    assert config_hash(compose_cfg("seed=1", "data.dir=/a", "head.dropout=0.2")) != base
+    assert config_hash(compose_cfg("seed=1", "data.dir=/a", "data.train_size=10")) != base
