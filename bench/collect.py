@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], lis
         except (OSError, ValueError, AttributeError) as err:
             problems.append(f"{path}: unreadable result ({type(err).__name__}: {err})")
             continue
-        data["run_dir"] = str(path.parent)
+        data["run_dir"] = os.path.relpath(path.parent)  # relative to the working directory
         results.append(data)
     return results, problems
 
