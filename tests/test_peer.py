@@ -19,6 +19,13 @@ PAIRS = (
 )
 
 
+def _pooler_module(enc_cfg, init, task):
+    head = {"name": "pooler", "init": init}
+    return HeadbenchModule(
+        encoder=enc_cfg, head=head, freeze={"name": "full"}, task=task, optim=OPTIM
+    )
+
+
 def _batch(source_cfg):
     tok = load_tokenizer(source_cfg)
     return dict(tok(*PAIRS, padding=True, return_tensors="pt"))
@@ -37,13 +44,7 @@ def _bert_with_trained_pooler(tmp_path):
 def test_pooler_pretrained_equals_bert_for_sequence_classification(tmp_path):
     enc_cfg = _bert_with_trained_pooler(tmp_path)
     peer = BertForSequenceClassification.from_pretrained(enc_cfg["source"], num_labels=3).eval()
-    ours = HeadbenchModule(
-        encoder=enc_cfg,
-        head={"name": "pooler", "init": "pretrained"},
-        freeze={"name": "full"},
-        task="mnli",
-        optim=OPTIM,
-    ).eval()
+    ours = _pooler_module(enc_cfg, "pretrained", "mnli").eval()
     # The pooler came from the checkpoint by the init=pretrained path; copy only the classifier.
     torch.testing.assert_close(ours.head.classifier.dense.weight, peer.bert.pooler.dense.weight)
     with torch.no_grad():
@@ -61,13 +62,7 @@ def test_pooler_random_equals_roberta_classification_head():
     peer = RobertaForSequenceClassification.from_pretrained(
         build_tiny_model("roberta"), num_labels=2
     ).eval()
-    ours = HeadbenchModule(
-        encoder=enc_cfg,
-        head={"name": "pooler", "init": "random"},
-        freeze={"name": "full"},
-        task="rte",
-        optim=OPTIM,
-    ).eval()
+    ours = _pooler_module(enc_cfg, "random", "rte").eval()
     with torch.no_grad():
         ours.head.classifier.dense.weight.copy_(peer.classifier.dense.weight)
         ours.head.classifier.dense.bias.copy_(peer.classifier.dense.bias)
@@ -87,10 +82,8 @@ def test_pretrained_pooler_refused_where_the_checkpoint_has_no_trained_pooler():
     from bench.errors import EncoderError
 
     with pytest.raises(EncoderError, match=r"needs a trained pooler.*use head\.init=random"):
-        HeadbenchModule(
-            encoder={"name": "tiny_bert", "source": "tiny:bert", "pooler": "untrained"},
-            head={"name": "pooler", "init": "pretrained"},
-            freeze={"name": "full"},
-            task="sst2",
-            optim=OPTIM,
+        _pooler_module(
+            {"name": "tiny_bert", "source": "tiny:bert", "pooler": "untrained"},
+            "pretrained",
+            "sst2",
         )
