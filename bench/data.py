@@ -113,11 +113,19 @@ def tokenize(
         The encoded split.
     """
     texts = [columns[field] for field in spec.text_fields]
-    full = tokenizer(*texts, truncation=False, add_special_tokens=True)["input_ids"]
-    n_truncated = sum(len(ids) > max_length for ids in full)
-    if n_truncated:
-        log.warning("%s: %d examples truncated to max_length=%d", where, n_truncated, max_length)
-    enc = tokenizer(*texts, truncation=True, max_length=max_length)
+    enc = dict(tokenizer(*texts, truncation=False, verbose=False))  # lengths may exceed limits
+    long = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > max_length]
+    if long:  # re-tokenize only the long examples, with the tokenizer's own truncation rules
+        log.warning("%s: %d examples truncated to max_length=%d", where, len(long), max_length)
+        cut = tokenizer(
+            *[[t[i] for i in long] for t in texts], truncation=True, max_length=max_length
+        )
+        for key, values in enc.items():
+            values = list(values)
+            for j, i in enumerate(long):
+                values[i] = cut[key][j]
+            enc[key] = values
+    n_truncated = len(long)
     keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
     label_type = float if spec.is_regression else int
     examples = [
