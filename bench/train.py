@@ -11,34 +11,26 @@ import csv
 import hashlib
 import json
 import logging
-import os
-import platform
-import resource
-import subprocess
 import sys
 import time
 import traceback
 import warnings
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from bench import provenance
 from bench.atomic import atomic_write, atomic_write_json
+from bench.collect import RESULT_FILE
 from bench.errors import ConfigError, DivergedError
 from bench.metrics import majority_baseline
 from bench.tasks import get_task
 
 log = logging.getLogger(__name__)
 
-RESULT_FILE = "result.json"
 RESULT_SCHEMA = 1
-_VERSIONED = (
-    "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
-    "hydra-core", "datasets", "numpy",
-)  # fmt: skip
 _HASHED_KEYS = (
     "task",
     "encoder",
@@ -83,56 +75,6 @@ def config_hash(cfg: DictConfig) -> str:
         data.pop(key, None)
     hashed["data"] = data
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _git_commit() -> dict[str, Any]:
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        status = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    if commit.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in _VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _hardware() -> dict[str, Any]:
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "gpu": gpu,
-    }
-
-
-def _peak_memory() -> dict[str, float | None]:
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-    # ru_maxrss is process-wide: in a multirun it includes earlier cells of the same process.
-    return {"process_rss_mb": rss_kb / 1024, "cuda_allocated_mb": cuda}
 
 
 def _loggers(run_dir: Path) -> list[Any]:
@@ -281,9 +223,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()
         log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
     result["wall_time_s"] = time.perf_counter() - started
-    result["peak_memory"] = _peak_memory()
-    result["git"] = _git_commit()
-    result["versions"] = _versions()
-    result["hardware"] = _hardware()
+    result["peak_memory"] = provenance.peak_memory()
+    result["git"] = provenance.git_commit()
+    result["versions"] = provenance.versions()
+    result["hardware"] = provenance.hardware()
     atomic_write_json(run_dir / RESULT_FILE, result)
     return result
