@@ -21,7 +21,9 @@ from bench.atomic import atomic_write
 log = logging.getLogger(__name__)
 
 RESULT_FILE = "result.json"
-CELL_COLUMNS = ["task", "encoder", "head", "head_label", "freeze", "freeze_label", "seed"]
+CELL_COLUMNS = [
+    "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"
+]  # fmt: skip
 
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
@@ -58,6 +60,7 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
         base = {k: res["cell"].get(k) for k in CELL_COLUMNS}
         base.update(
             status=res.get("status"),
+            main_metric=res.get("main_metric"),
             reason=res.get("reason"),
             best_epoch=(res.get("best") or {}).get("epoch"),
             trainable_params=(res.get("params") or {}).get("trainable"),
@@ -80,8 +83,8 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
                         "baseline": baseline.get(metric),
                     }
                 )
-    columns = [*CELL_COLUMNS, "status", "split", "metric", "value", "baseline", "best_epoch",
-               "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
+    columns = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
+               "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 

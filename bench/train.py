@@ -77,6 +77,13 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _main_metric(cfg: DictConfig) -> str | None:
+    try:
+        return get_task(cfg.task.name).main_metric
+    except ConfigError:
+        return None  # the unknown task is reported by the run itself
+
+
 def _loggers(run_dir: Path) -> list[Any]:
     from lightning.pytorch.loggers import CSVLogger
 
@@ -185,7 +192,6 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         result["history"] = module.history
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
-    result["main_metric"] = spec.main_metric
     _write_predictions(run_dir, module.best["predictions"])
 
 
@@ -210,6 +216,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "status": "running",
         "reason": None,
         "config_hash": config_hash(cfg),
+        "main_metric": _main_metric(cfg),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     try:
