@@ -156,12 +156,14 @@ def test_compare_heads_degenerate_pairs():
 
 
 def test_paired_test_ties_survive_float_noise():
-    d = np.array([0.81 - 0.78, 0.84 - 0.81, 0.70 - 0.72, 0.5 - 0.5, 0.9 - 0.86])
-    assert len(set(d.tolist())) == 5  # float noise: no two differences are equal
+    pairs = [(0.81, 0.78), (0.72, 0.75), (0.84, 0.81), (0.5, 0.47), (0.9, 0.8), (0.66, 0.69),
+             (0.61, 0.58), (0.77, 0.8), (0.5, 0.5)]  # fmt: skip
+    d = np.array([a - b for a, b in pairs])
     p, reason = stats.paired_test(d)
     assert reason == ""
-    ref = sps.wilcoxon([0.03, 0.03, -0.02, 0.0, 0.04], zero_method="wilcox")
-    assert p == pytest.approx(ref.pvalue)
+    exact = [0.03, -0.03, 0.03, 0.03, 0.1, -0.03, 0.03, -0.03, 0.0]  # the true differences
+    assert p == pytest.approx(sps.wilcoxon(exact, zero_method="wilcox").pvalue)
+    assert p != pytest.approx(sps.wilcoxon(d).pvalue)  # float noise would change the ranks
 
 
 def test_holm_against_a_hand_computation():
