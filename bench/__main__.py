@@ -1,8 +1,13 @@
 """Command line: ``python -m bench [overrides]`` trains one cell, ``-m`` sweeps.
 
+Re-running a sweep resumes it: cells whose result says ``ok`` for the same config are
+skipped; failed and diverged cells are re-run with ``+rerun_failed=true``; ``+force=true``
+re-runs everything. ``--dry-run`` lists what a launch would do without training.
+
 Examples:
     python -m bench task=sst2 encoder=minilm head=bilstm freeze=frozen seed=1
     python -m bench -m experiment=quick
+    python -m bench experiment=cpu_heads --dry-run
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
 
 def config_dir() -> Path:
     """The Hydra config tree: ``bench/conf`` in a wheel, the repo's ``conf/`` in a checkout."""
@@ -25,19 +32,41 @@ def config_dir() -> Path:
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from bench.train import run
+    from bench.resume import cell_state, clear_run_outputs, should_run
+    from bench.train import config_hash, run
 
     hydra_cfg = HydraConfig.get()
-    result = run(cfg, hydra_cfg.runtime.output_dir)
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    state = cell_state(run_dir, config_hash(cfg))
+    if not should_run(state, bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))):
+        hint = "; +rerun_failed=true re-runs it" if state.state != "done" else ""
+        print(f"skip ({state.state}{hint}): {run_dir}/result.json")
+        return
+    clear_run_outputs(run_dir)
+    result = run(cfg, run_dir)
     status = result["status"]
-    print(f"{status}: {hydra_cfg.runtime.output_dir}/result.json")
+    print(f"{status}: {run_dir}/result.json")
     if status != "ok" and hydra_cfg.mode == RunMode.RUN:
         print(f"reason: {result['reason']}", file=sys.stderr)
         sys.exit(1)
 
 
+def _dry_run(args: list[str]) -> None:
+    from bench.plan import plan, print_plan
+
+    multirun = any(a in _MULTIRUN_FLAGS for a in args)
+    overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
+    flags = [a for a in overrides if a.startswith("-")]
+    if flags:
+        sys.exit(f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}")
+    print_plan(plan(config_dir(), overrides, multirun))
+
+
 def main() -> None:
     """Entry point of ``python -m bench`` and the ``headbench`` script."""
+    if "--dry-run" in sys.argv[1:]:
+        _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
+        return
     _hydra_main()
 
 

@@ -1,7 +1,9 @@
 """Result files → one tidy table (one row per cell × split × metric).
 
 ``python -m bench.collect runs/quick -o results/quick`` writes ``results.csv`` and
-prints a wide summary. Unreadable result files are reported, never fatal.
+``results.parquet`` and prints a wide summary. Unreadable result files are reported,
+never fatal; when one cell has several results (the same cell found under two roots),
+the latest is kept and the others are reported.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from bench.atomic import atomic_write
+from bench.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,9 @@ RESULT_FILE = "result.json"
 CELL_COLUMNS = [
     "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"
 ]  # fmt: skip
+
+TABLE_COLUMNS = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
+                 "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
 
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
@@ -49,8 +56,28 @@ def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], lis
             problems.append(f"{path}: unreadable result ({type(err).__name__}: {err})")
             continue
         data["run_dir"] = os.path.relpath(path.parent)  # relative to the working directory
+        data.setdefault("finished_at", utc_now(path.stat().st_mtime))  # results before schema 2
         results.append(data)
-    return results, problems
+    return _latest_per_cell(results, problems), problems
+
+
+def cell_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    """The identity of a cell: its coordinates (task, encoder, head, layers, freeze, seed)."""
+    return tuple(result["cell"].get(k) for k in CELL_COLUMNS)
+
+
+def _latest_per_cell(results: list[dict[str, Any]], problems: list[str]) -> list[dict[str, Any]]:
+    """Keep one result per cell (the latest finished); report the others as duplicates."""
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for res in sorted(results, key=lambda r: str(r["finished_at"])):
+        key = cell_key(res)
+        if key in latest:
+            problems.append(
+                f"{latest[key]['run_dir']}: duplicate of cell {'/'.join(map(str, key))}; "
+                f"kept the later result in {res['run_dir']}"
+            )
+        latest[key] = res
+    return list(latest.values())
 
 
 def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -83,9 +110,7 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
                         "baseline": baseline.get(metric),
                     }
                 )
-    columns = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
-               "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -104,10 +129,46 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
-    """Write the tidy table as ``<out_dir>/results.csv`` atomically."""
-    path = Path(out_dir) / "results.csv"
+    """Write the tidy table as ``<out_dir>/results.csv`` and ``results.parquet``, atomically.
+
+    Returns:
+        The CSV path.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.csv"
     atomic_write(path, lambda handle: table.to_csv(handle, index=False))
+    fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=out_dir)
+    os.close(fd)
+    try:
+        table.astype({"layers": "string", "reason": "string"}).to_parquet(tmp, index=False)
+        os.replace(tmp, out_dir / "results.parquet")
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a tidy table back: ``results.parquet`` or ``results.csv``, or a directory with one.
+
+    Args:
+        path: A table file or the directory that holds it (Parquet preferred).
+
+    Returns:
+        The tidy table with the columns of :func:`tidy` (missing optional ones added empty).
+    """
+    path = Path(path)
+    if path.is_dir():
+        parquet = path / "results.parquet"
+        path = parquet if parquet.exists() else path / "results.csv"
+    if path.suffix == ".parquet":
+        table = pd.read_parquet(path)
+    else:
+        table = pd.read_csv(path, dtype={"layers": "string", "reason": "string"})
+    for column in TABLE_COLUMNS:
+        if column not in table.columns:
+            table[column] = pd.NA
+    return table[TABLE_COLUMNS]
 
 
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
@@ -139,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m bench.collect <dirs...> [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser(prog="python -m bench.collect", description=__doc__)
     parser.add_argument("roots", nargs="+", help="run or sweep directories holding result.json")
-    parser.add_argument("-o", "--out", default=None, help="directory for results.csv")
+    parser.add_argument("-o", "--out", default=None, help="where to write results.csv/.parquet")
     args = parser.parse_args(argv)
     print_summary(collect(args.roots, args.out))
 

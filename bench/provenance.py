@@ -6,11 +6,11 @@ import os
 import platform
 import resource
 import subprocess
+import time
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import torch
 
 _VERSIONED = (
     "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
@@ -54,6 +54,8 @@ def versions() -> dict[str, str | None]:
 
 def hardware() -> dict[str, Any]:
     """The machine: platform, CPU count, torch threads, GPU name."""
+    import torch  # imported here: reading results (collect, report) never needs torch
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "platform": platform.platform(),
@@ -66,7 +68,15 @@ def hardware() -> dict[str, Any]:
 
 def peak_memory() -> dict[str, float | None]:
     """Peak memory so far: process RSS (process-wide) and CUDA allocations."""
+    import torch
+
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
     # ru_maxrss is process-wide: in a multirun it includes earlier cells of the same process.
     return {"process_rss_mb": rss_kb / 1024, "cuda_allocated_mb": cuda}
+
+
+def utc_now(timestamp: float | None = None) -> str:
+    """An ISO 8601 UTC time (now, or of a POSIX timestamp), sortable as text."""
+    moment = datetime.fromtimestamp(time.time() if timestamp is None else timestamp, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

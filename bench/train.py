@@ -67,9 +67,12 @@ def cell_path(cfg: DictConfig) -> str:
 
 def config_hash(cfg: DictConfig) -> str:
     """Content hash of everything that changes a cell's numbers."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(container, dict)
-    hashed = {k: container.get(k) for k in _HASHED_KEYS}
+    hashed = {}
+    for key in _HASHED_KEYS:  # only these are resolved: the `hydra` node may need a live run
+        value = cfg.get(key)
+        hashed[key] = (
+            OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        )
     data = dict(hashed["data"] or {})
     for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
         data.pop(key, None)
@@ -230,6 +233,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()
         log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
     result["wall_time_s"] = time.perf_counter() - started
+    result["finished_at"] = provenance.utc_now()
     result["peak_memory"] = provenance.peak_memory()
     result["git"] = provenance.git_commit()
     result["versions"] = provenance.versions()

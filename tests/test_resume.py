@@ -1,0 +1,195 @@
+"""Resume, failure isolation and dry runs: real multiruns of tiny cells in real processes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.collect import collect, read_table
+from bench.resume import CellState, cell_state, clear_run_outputs, should_run
+from conftest import ROOT
+
+TINY = ("encoder=tiny_bert", "data.train_size=48", "trainer.max_epochs=1", "data.max_length=32",
+        "data.batch_size=16")  # fmt: skip
+
+
+def _bench(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _results(runs: Path) -> dict[str, dict]:
+    return {
+        str(p.parent.relative_to(runs)): json.loads(p.read_text())
+        for p in sorted(runs.rglob("result.json"))
+    }
+
+
+def _assert_nothing_half_written(root: Path) -> None:
+    for path in root.rglob("*"):
+        assert not path.name.endswith(".tmp"), f"leftover temp file {path}"
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".csv" and path.parent.name != "logs":
+            with path.open() as handle:
+                rows = list(csv.reader(handle))
+            assert rows and len({len(r) for r in rows}) == 1, f"ragged CSV {path}"
+
+
+# --- cell states ---------------------------------------------------------------------------
+
+
+def _write_result(run_dir: Path, **fields) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "result.json").write_text(json.dumps(fields))
+
+
+def test_cell_state_classifies_every_kind_of_run_directory(tmp_path):
+    assert cell_state(tmp_path / "none", "h") == CellState("pending")
+    _write_result(tmp_path / "ok", status="ok", config_hash="h")
+    assert cell_state(tmp_path / "ok", "h") == CellState("done")
+    stale = cell_state(tmp_path / "ok", "other")
+    assert stale.state == "stale" and "other" in stale.reason
+    _write_result(tmp_path / "bad", status="failed", config_hash="h", reason="DataError: x")
+    assert cell_state(tmp_path / "bad", "h") == CellState("failed", "DataError: x")
+    _write_result(tmp_path / "nan", status="diverged", config_hash="h", reason="loss nan")
+    assert cell_state(tmp_path / "nan", "h").state == "diverged"
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "result.json").write_text('{"status": "ok", "config_h')  # truncated
+    assert cell_state(tmp_path / "cut", "h").state == "corrupt"
+
+
+@pytest.mark.parametrize(
+    ("state", "rerun_failed", "force", "expected"),
+    [
+        ("pending", False, False, True),
+        ("corrupt", False, False, True),
+        ("stale", False, False, True),
+        ("done", False, False, False),
+        ("done", True, False, False),
+        ("done", False, True, True),
+        ("failed", False, False, False),
+        ("failed", True, False, True),
+        ("diverged", False, False, False),
+        ("diverged", True, False, True),
+    ],
+)
+def test_which_cells_run_again(state, rerun_failed, force, expected):
+    assert should_run(CellState(state), rerun_failed, force) is expected
+
+
+def test_clearing_a_run_directory_keeps_only_hydras_config(tmp_path):
+    for name in ("result.json", "predictions_dev.csv", ".result.json.x1.tmp", "logs/metrics.csv",
+                 "tb/events.out", ".hydra/config.yaml"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    clear_run_outputs(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        ".hydra",
+        ".hydra/config.yaml",
+    ]
+
+
+def test_collect_keeps_the_latest_result_of_a_duplicated_cell(tmp_path):
+    cell = {"task": "rte", "encoder": "e", "head": "linear", "head_label": "linear",
+            "layers": None, "freeze": "full", "freeze_label": "full", "seed": 1}  # fmt: skip
+    best = {"epoch": 0, "metrics": {"dev": {"accuracy": 0.6}}}
+    _write_result(tmp_path / "a", cell=cell, status="ok", best=best,
+                  finished_at="2026-01-01T00:00:00.000000Z")  # fmt: skip
+    best = {"epoch": 1, "metrics": {"dev": {"accuracy": 0.7}}}
+    _write_result(tmp_path / "b", cell=cell, status="ok", best=best,
+                  finished_at="2026-01-02T00:00:00.000000Z")  # fmt: skip
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "result.json").write_text("{")  # unreadable: reported, not fatal
+    table = collect([tmp_path], tmp_path / "out")
+    assert table["value"].tolist() == [0.7]
+    back = read_table(tmp_path / "out")  # Parquet round trip
+    assert back["value"].tolist() == [0.7] and back["task"].tolist() == ["rte"]
+    assert read_table(tmp_path / "out" / "results.csv")["value"].tolist() == [0.7]
+
+
+# --- real multiruns ------------------------------------------------------------------------
+
+
+def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_dir, tmp_path):
+    """sst2/frozen diverges (NaN loss), rte fails (its files are missing), sst2/full is ok."""
+    data = tmp_path / "data"
+    (data / "glue").mkdir(parents=True)
+    (data / "glue" / "SST-2").symlink_to(data_dir / "glue" / "SST-2")
+    runs = tmp_path / "runs"
+    sweep = ("-m", "task=sst2,rte", "head=linear", "freeze=frozen,full", "seed=1",
+             "optim.frozen_head_lr=1e36", "optim.warmup_ratio=0", f"data.dir={data}",
+             f"runs_dir={runs}", f"results_dir={tmp_path}/results", *TINY)  # fmt: skip
+    _bench(*sweep)
+    status = {cell: r["status"] for cell, r in _results(runs).items()}
+    assert status == {
+        "rte/tiny_bert/linear/frozen/seed=1": "failed",
+        "rte/tiny_bert/linear/full/seed=1": "failed",
+        "sst2/tiny_bert/linear/frozen/seed=1": "diverged",
+        "sst2/tiny_bert/linear/full/seed=1": "ok",
+    }
+    assert "RTE" in _results(runs)["rte/tiny_bert/linear/full/seed=1"]["reason"]
+    with (tmp_path / "results" / "results.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    assert sorted(r["status"] for r in table if r["task"] == "rte") == ["failed", "failed"]
+
+    # Dry run: nothing would train; with +rerun_failed=true the three failures would.
+    listing = _bench(*sweep, "--dry-run").stdout
+    assert "4 cells: 1 diverged, 1 done, 2 failed; 0 would run" in listing
+    assert "3 would run" in _bench(*sweep, "+rerun_failed=true", "--dry-run").stdout
+
+    # A plain re-run trains nothing and leaves every result as it was.
+    before = _results(runs)
+    rerun = _bench(*sweep)
+    assert rerun.stdout.count("skip (") == 4 and _results(runs) == before
+
+    # The RTE files arrive; re-running failed cells fixes them and keeps the ok one.
+    (data / "glue" / "RTE").symlink_to(data_dir / "glue" / "RTE")
+    _bench(*sweep, "+rerun_failed=true")
+    after = _results(runs)
+    assert after["sst2/tiny_bert/linear/full/seed=1"] == before["sst2/tiny_bert/linear/full/seed=1"]
+    assert after["rte/tiny_bert/linear/full/seed=1"]["status"] == "ok"
+    assert after["sst2/tiny_bert/linear/frozen/seed=1"]["status"] == "diverged"  # still NaN
+    _assert_nothing_half_written(runs)
+
+
+def test_a_killed_sweep_resumes_to_every_cell_ok_exactly_once(data_dir, tmp_path):
+    runs = tmp_path / "runs"
+    sweep = ("-m", "task=sst2", "head=linear,bilstm", "freeze=frozen", "seed=1,2",
+             f"data.dir={data_dir}", f"runs_dir={runs}", f"results_dir={tmp_path}/results",
+             *TINY)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", *sweep],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(runs.rglob("result.json")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # mid-sweep: one cell done, the next one training
+    proc.wait()
+    finished = _results(runs)
+    assert 1 <= len(finished) < 4 and all(r["status"] == "ok" for r in finished.values())
+    assert not (tmp_path / "results" / "results.csv").exists()
+
+    _bench(*sweep)
+    results = _results(runs)
+    assert len(results) == 4 and all(r["status"] == "ok" for r in results.values())
+    for cell, result in finished.items():  # not trained twice
+        assert results[cell]["finished_at"] == result["finished_at"]
+    table = read_table(tmp_path / "results")
+    cells = table.drop_duplicates(["head", "seed"])
+    assert len(cells) == 4 and len(table) == 4  # one accuracy row per cell, no duplicates
+    _assert_nothing_half_written(runs)
