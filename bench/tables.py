@@ -307,7 +307,8 @@ def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str
     sign = 1.0 if row["head_a"] == best else -1.0
     diff, lo, hi = (sign * 100 * row[c] for c in ("diff", "ci_low", "ci_high"))
     lo, hi = min(lo, hi), max(lo, hi)
-    text = f"{freeze}: {best} − {runner} = {signed(diff)} over {row['n_pairs']} paired seeds"
+    pairs = f"{row['n_pairs']} paired seed" + ("" if row["n_pairs"] == 1 else "s")
+    text = f"{freeze}: {best} − {runner} = {signed(diff)} over {pairs}"
     if not np.isnan(lo):
         text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
     if row["reason"]:
