@@ -52,6 +52,9 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def _dry_run(args: list[str]) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from bench.plan import plan, print_plan
 
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
@@ -59,7 +62,11 @@ def _dry_run(args: list[str]) -> None:
     flags = [a for a in overrides if a.startswith("-")]
     if flags:
         sys.exit(f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}")
-    print_plan(plan(config_dir(), overrides, multirun))
+    try:
+        cells = plan(config_dir(), overrides, multirun)
+    except (HydraException, OmegaConfBaseException) as err:  # what Hydra itself would report
+        sys.exit(f"error composing the sweep: {err}")
+    print_plan(cells)
 
 
 def main() -> None:

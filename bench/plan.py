@@ -75,9 +75,11 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
         hydra = GlobalHydra.instance().hydra
         assert hydra is not None
-        mode = RunMode.MULTIRUN if multirun else RunMode.RUN  # MULTIRUN admits sweep overrides
-        base = hydra.compose_config("config", overrides, run_mode=mode)
-        multirun = multirun or str(base.hydra.get("mode")) == "RunMode.MULTIRUN"
+        # As Hydra decides: `-m`, or `hydra.mode: MULTIRUN` in the composed config.
+        mode = hydra.get_mode(config_name="config", overrides=overrides)
+        multirun = multirun or mode == RunMode.MULTIRUN
+        run_mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+        base = hydra.compose_config("config", overrides, run_mode=run_mode)
         for job in _job_overrides(base, overrides, multirun):
             cfg = compose("config", overrides=job, return_hydra_config=True)
             state = cell_state(_run_dir(cfg, multirun), config_hash(cfg))
