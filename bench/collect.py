@@ -32,6 +32,8 @@ CELL_COLUMNS = [
 TABLE_COLUMNS = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
                  "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
 
+_NUMERIC_COLUMNS = ("seed", "value", "baseline", "best_epoch", "trainable_params", "train_time_s")
+
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
     """All ``result.json`` files under the given directories (or the files themselves)."""
@@ -141,7 +143,9 @@ def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=out_dir)
     os.close(fd)
     try:
-        table.astype({"layers": "string", "reason": "string"}).to_parquet(tmp, index=False)
+        table.astype({"layers": "str", "reason": "str", "seed": "Int64"}).to_parquet(
+            tmp, index=False
+        )
         os.replace(tmp, out_dir / "results.parquet")
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -151,24 +155,31 @@ def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a tidy table back: ``results.parquet`` or ``results.csv``, or a directory with one.
 
+    Text columns stay text (``layers="-1"`` is a name, not a number) and ``seed`` is a
+    nullable integer. Columns are returned as stored; :func:`bench.stats.normalize_table`
+    fills the ones older tables lack.
+
     Args:
         path: A table file or the directory that holds it (Parquet preferred).
 
     Returns:
-        The tidy table with the columns of :func:`tidy` (missing optional ones added empty).
+        The tidy table.
+
+    Raises:
+        FileNotFoundError: If there is no table at ``path``.
     """
     path = Path(path)
     if path.is_dir():
         parquet = path / "results.parquet"
         path = parquet if parquet.exists() else path / "results.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no results table at {path}")
     if path.suffix == ".parquet":
         table = pd.read_parquet(path)
     else:
-        table = pd.read_csv(path, dtype={"layers": "string", "reason": "string"})
-    for column in TABLE_COLUMNS:
-        if column not in table.columns:
-            table[column] = pd.NA
-    return table[TABLE_COLUMNS]
+        text = [c for c in TABLE_COLUMNS if c not in _NUMERIC_COLUMNS]
+        table = pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), "seed": "Int64"})
+    return table
 
 
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:

@@ -23,7 +23,6 @@ Conventions (the README's "Statistics and tables" section explains them for user
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,28 +45,6 @@ RNG_SEED = 0  # fixed, so every table is reproducible to the last digit
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def read_results(path: str | Path) -> pd.DataFrame:
-    """Read a tidy results table (``.csv`` or ``.parquet``) with explicit dtypes.
-
-    ``layers`` stays text (``"-1"`` is a layer name, not a number) and ``seed`` is a
-    nullable integer. Older tables without ``layers``/``main_metric`` are accepted.
-
-    Args:
-        path: ``results.csv`` or ``results.parquet`` written by :mod:`bench.collect`.
-
-    Returns:
-        The normalised table (see :func:`normalize_table`).
-    """
-    path = Path(path)
-    if path.suffix == ".parquet":
-        raw = pd.read_parquet(path)
-    else:
-        dtypes: dict[str, object] = dict.fromkeys(TEXT_COLUMNS, str)
-        dtypes["seed"] = "Int64"
-        raw = pd.read_csv(path, dtype=dtypes)
-    return normalize_table(raw)
 
 
 def _main_metric_for(task: str) -> float | str:
@@ -106,7 +83,8 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
         if column not in out:
             out[column] = np.nan
     if "main_metric" not in out:
-        out["main_metric"] = out["task"].map(_main_metric_for)
+        out["main_metric"] = np.nan
+    out["main_metric"] = out["main_metric"].fillna(out["task"].map(_main_metric_for))
     for column in TEXT_COLUMNS:
         out[column] = out[column].astype("str")
     for column in FLOAT_COLUMNS:

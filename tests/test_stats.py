@@ -10,6 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from bench import stats
+from bench.collect import read_table
 
 SST2_BASE = 0.5  # majority-class accuracy on the (pretend) dev set
 
@@ -200,15 +201,15 @@ def test_expected_validation_performance(table):
     assert bil["n_seeds"].max() == 3  # crashed runs are not draws
 
 
-def test_read_results_dtypes_and_old_tables(tmp_path, table):
+def test_tables_read_back_with_their_dtypes_and_old_tables_are_completed(tmp_path, table):
     path = tmp_path / "results.csv"
     table.to_csv(path, index=False)
-    back = stats.read_results(path)
+    back = stats.normalize_table(read_table(path))
     assert back["seed"].dtype == "Int64"
     assert back.loc[back["head_label"] == "bilstm", "layers"].dropna().unique().tolist() == ["-1"]
     old = table.drop(columns=["layers", "main_metric"])
     old.to_csv(path, index=False)
-    back = stats.read_results(path)
+    back = stats.normalize_table(read_table(path))
     assert back["main_metric"].dropna().unique().tolist() == ["accuracy", "pearson", "mcc"]
     with pytest.raises(ValueError, match="required"):
         stats.normalize_table(table.drop(columns=["value"]))

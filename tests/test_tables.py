@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import tables
+from bench import render, tables
 from bench.references import load_references, lookup
 
 EXPECTED = Path(__file__).parent / "expected"
@@ -79,7 +79,7 @@ def small_results() -> pd.DataFrame:
 
 @pytest.mark.parametrize("style", tables.STYLES)
 def test_markdown_matches_stored_file(style):
-    text = tables.to_markdown(tables.build(small_results(), style))
+    text = render.to_markdown(tables.build(small_results(), style))
     path = EXPECTED / f"{style}.md"
     if REGENERATE:
         path.write_text(text, encoding="utf-8")
@@ -133,7 +133,7 @@ def _latex_tables(tex: str) -> list[str]:
 
 @pytest.mark.parametrize("style", tables.STYLES)
 def test_latex_is_balanced_and_rectangular(style):
-    tex = tables.to_latex(tables.build(small_results(), style))
+    tex = render.to_latex(tables.build(small_results(), style))
     unescaped = re.sub(r"\\[{}]", "", tex)
     depth = 0
     for ch in unescaped:
@@ -153,15 +153,15 @@ def test_labels_are_escaped_in_every_format():
     table = small_results()
     table.loc[table["head_label"] == "bilstm", "head_label"] = "<script>x|y</script> 5%_&#"
     doc = tables.build(table, "heads")
-    page = tables.to_html(doc)
+    page = render.to_html(doc)
     assert "<script>" not in page and "&lt;script&gt;x|y&lt;/script&gt; 5%_&amp;#" in page
-    md = tables.to_markdown(doc)
+    md = render.to_markdown(doc)
     assert r"\<script\>x\|y\</script\> 5%\_&#" in md
     for block in md.split("\n\n"):  # every row of a table has as many cells as its header
         lines = block.splitlines()
         if lines and all(line.startswith("| ") for line in lines):
             assert len({line.count("|") - line.count(r"\|") for line in lines}) == 1
-    tex = tables.to_latex(doc)
+    tex = render.to_latex(doc)
     assert r"\textless{}script\textgreater{}x\textbar{}y\textless{}/script\textgreater{}" in tex
     assert r" 5\%\_\&\#" in tex
 
