@@ -200,7 +200,10 @@ def print_summary(table: pd.DataFrame) -> None:
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         wide = summary(table)
         print(wide.round(4).to_string() if not wide.empty else "no successful cells")
-        failed = table[table["status"] != "ok"].drop_duplicates(subset=CELL_COLUMNS)
+        cells = table.drop_duplicates(subset=CELL_COLUMNS)
+        counts = cells["status"].value_counts()
+        print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+        failed = cells[cells["status"] != "ok"]
         for _, row in failed.iterrows():
             print(
                 f"{row['status']}: {'/'.join(str(row[c]) for c in CELL_COLUMNS)}: {row['reason']}"

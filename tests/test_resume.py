@@ -144,6 +144,9 @@ def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_
     with (tmp_path / "results" / "results.csv").open() as handle:
         table = list(csv.DictReader(handle))
     assert sorted(r["status"] for r in table if r["task"] == "rte") == ["failed", "failed"]
+    assert read_table(tmp_path / "results" / "results.parquet")["status"].tolist() == [
+        r["status"] for r in table
+    ]
 
     # Dry run: nothing would train; with +rerun_failed=true the three failures would.
     listing = _bench(*sweep, "--dry-run").stdout
