@@ -1,9 +1,13 @@
-"""Task specifications: fields, labels, metrics and file layouts of the GLUE tasks.
+"""Task specifications: fields, labels, metrics and file layouts of GLUE and CoNLL-2003.
 
 A :class:`TaskSpec` is pure data. It says where a task's examples live on the Hub
 (``nyu-mll/glue``) and in GLUE's download layout (``<dir>/glue/<TASK>/*.tsv``), which
 columns hold the texts and the label, how labels are named (labels are always mapped
 by *name*, never by position), and which metrics GLUE reports for it.
+
+A :class:`TokenTaskSpec` does the same for token classification (CoNLL-2003 NER): one
+label per word, scored at the entity level. Both carry ``kind`` (``sequence`` or
+``token``), which picks the data module, the head family and the metrics.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class TaskSpec:
         default_factory=lambda: {"dev": SplitSource("validation", "dev.tsv")}
     )
     tsv_label_map: dict[str, str] = field(default_factory=dict)
+    kind: str = "sequence"
 
     @property
     def is_regression(self) -> bool:
@@ -204,7 +209,73 @@ TASKS: dict[str, TaskSpec] = {
 }
 
 
-def get_task(name: str) -> TaskSpec:
+@dataclass(frozen=True)
+class TokenTaskSpec:
+    """Everything headbench needs to know about one token-classification task.
+
+    Attributes:
+        name: Short task name, equal to the Hydra option name (``conll2003``).
+        hub_id: Hugging Face dataset id.
+        hub_revision: Dataset revision (the Parquet conversion: script datasets fail on
+            ``datasets>=4``).
+        hub_tags_column: Column of the per-word tag ids (a sequence of ``ClassLabel``).
+        local_dir: Folder name under the data directory (``<dir>/conll2003/``).
+        label_names: Tag names (IOB2), ``O`` first; tags are mapped by name.
+        entity_types: Entity types, in reporting order (per-type F1 keys).
+        metrics: Metric names reported per split.
+        main_metric: The metric that selects the best epoch (on ``dev`` only).
+        train: Source of the training split.
+        dev: Evaluation splits by headbench name; the first selects the best epoch.
+    """
+
+    name: str
+    hub_id: str
+    hub_revision: str
+    hub_tags_column: str
+    local_dir: str
+    label_names: tuple[str, ...]
+    entity_types: tuple[str, ...]
+    metrics: tuple[str, ...]
+    main_metric: str
+    train: SplitSource
+    dev: dict[str, SplitSource]
+    kind: str = "token"
+    is_regression: bool = False
+
+    @property
+    def num_labels(self) -> int:
+        """Number of tags C."""
+        return len(self.label_names)
+
+    @property
+    def outside_label(self) -> int:
+        """Id of the ``O`` tag (the majority class of any NER corpus)."""
+        return self.label_names.index("O")
+
+
+Task = TaskSpec | TokenTaskSpec
+
+_CONLL_TYPES = ("PER", "ORG", "LOC", "MISC")
+TOKEN_TASKS: dict[str, TokenTaskSpec] = {
+    "conll2003": TokenTaskSpec(
+        name="conll2003",
+        hub_id="eriktks/conll2003",
+        hub_revision="refs/convert/parquet",
+        hub_tags_column="ner_tags",
+        local_dir="conll2003",
+        # The Hub's id order (O, B-PER, I-PER, B-ORG, ...); local files map by name too.
+        label_names=("O", *(f"{p}-{t}" for t in _CONLL_TYPES for p in ("B", "I"))),
+        entity_types=_CONLL_TYPES,
+        metrics=("precision", "recall", "f1", *(f"f1_{t}" for t in _CONLL_TYPES)),
+        main_metric="f1",
+        train=SplitSource("train", "train.txt"),
+        dev={"dev": SplitSource("validation", "dev.txt"), "test": SplitSource("test", "test.txt")},
+    ),
+}
+ALL_TASKS: dict[str, Task] = {**TASKS, **TOKEN_TASKS}
+
+
+def get_task(name: str) -> Task:
     """Return the spec of a task by name.
 
     Args:
@@ -217,8 +288,8 @@ def get_task(name: str) -> TaskSpec:
         KeyError: If the task is unknown; the message lists the valid names.
     """
     try:
-        return TASKS[name]
+        return ALL_TASKS[name]
     except KeyError:
         raise KeyError(
-            f"unknown task {name!r} (task.name); valid choices: {', '.join(sorted(TASKS))}"
+            f"unknown task {name!r} (task.name); valid choices: {', '.join(sorted(ALL_TASKS))}"
         ) from None
