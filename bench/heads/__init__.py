@@ -1,7 +1,8 @@
 """Classification heads, identical across encoders, chosen by name from :data:`HEADS`.
 
 Every head has the signature ``forward(hidden_states, attention_mask) -> logits`` where
-``hidden_states`` is the encoder's tuple of L + 1 tensors (B, T, H).
+``hidden_states`` is the encoder's tuple of L + 1 tensors (B, T, H). Token tasks use
+:data:`TOKEN_HEADS` (same names, logits per token, see :mod:`bench.heads.token`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from bench.heads.bilstm import BiLSTMHead
 from bench.heads.last4_concat import Last4ConcatHead
 from bench.heads.linear import LinearHead
 from bench.heads.pooler import PoolerHead
+from bench.heads.token import TOKEN_HEADS, TokenHead, build_token_head
 
 HEADS: dict[str, type[SequenceHead]] = {
     "linear": LinearHead,
@@ -72,4 +74,12 @@ def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
-__all__ = ["HEADS", "SequenceHead", "build_head", "count_parameters"]
+__all__ = [
+    "HEADS",
+    "TOKEN_HEADS",
+    "SequenceHead",
+    "TokenHead",
+    "build_head",
+    "build_token_head",
+    "count_parameters",
+]

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from bench.errors import ConfigError
 from bench.heads.classifier import Classifier
-from bench.heads.layers import LayerSelect
+from bench.heads.layers import LayerSelect, LayerSpec
 from bench.heads.pooling import LSTM_POOLS, POOLS, BiLSTMEncoder, masked_pool
 
 LSTM_OPTIONS = frozenset({"lstm", "lstm_hidden", "lstm_layers", "lstm_dropout"})
@@ -27,7 +27,8 @@ class SequenceHead(nn.Module):
         hidden_size: Encoder width H.
         num_layers: Encoder depth L.
         num_labels: Outputs C (1 for regression).
-        layers: Hidden-state indices to read (0 = embeddings, -1 = last layer).
+        layers: Hidden-state indices to read (0 = embeddings, -1 = last layer), or a
+            name (``last``, ``concat_last4``, ``sum_all``...) that also sets ``combine``.
         combine: How several layers become one: ``concat``, ``mean``, ``sum``, ``scalar_mix``.
         pool: ``cls``, ``mean``, ``max``; with ``lstm`` also ``final``.
         dropout: Dropout in the classifier.
@@ -48,7 +49,7 @@ class SequenceHead(nn.Module):
         hidden_size: int,
         num_layers: int,
         num_labels: int,
-        layers: int | Sequence[int] = -1,
+        layers: LayerSpec = -1,
         combine: str = "concat",
         pool: str = "cls",
         dropout: float = 0.1,

@@ -11,6 +11,76 @@ from bench.errors import ConfigError
 
 COMBINES = ("concat", "mean", "sum", "scalar_mix")
 
+#: Named layer choices (BERT paper, Table 7): name -> (indices or "all", combine).
+#: ``sum_*`` is the learned softmax-weighted sum (:class:`ScalarMix`); ``sum_all`` mixes
+#: the L transformer layers ("all 12 layers" for BERT-base), without the embeddings.
+LAYER_CHOICES: dict[str, tuple[list[int] | str, str]] = {
+    "embeddings": ([0], "concat"),
+    "last": ([-1], "concat"),
+    "second_to_last": ([-2], "concat"),
+    "sum_last4": ([-4, -3, -2, -1], "scalar_mix"),
+    "concat_last4": ([-4, -3, -2, -1], "concat"),
+    "sum_all": ("all", "scalar_mix"),
+}
+# The combine every head config writes by default; a named choice replaces it silently.
+_DEFAULT_COMBINE = "concat"
+
+LayerSpec = int | str | Sequence[int]
+
+
+def resolve_layers(layers: LayerSpec, combine: str, num_layers: int) -> tuple[list[int], str]:
+    """Turn a layer name or indices plus a combine into checked indices and a combine.
+
+    A name (``embeddings``, ``last``, ``second_to_last``, ``sum_last4``, ``concat_last4``,
+    ``sum_all``) sets both the indices and the combine; it overrides the default
+    ``combine: concat`` but conflicts with any other explicit combine.
+
+    Args:
+        layers: A name, one index or a list of indices.
+        combine: The configured combine.
+        num_layers: The encoder's number of transformer layers L.
+
+    Returns:
+        ``(indices in 0..L, combine)``.
+
+    Raises:
+        ConfigError: For an unknown name (listing the valid ones), a conflicting combine
+            or an out-of-range index.
+    """
+    if isinstance(layers, str):
+        if layers not in LAYER_CHOICES:
+            raise ConfigError(
+                f"head.layers={layers!r}; valid names: {', '.join(LAYER_CHOICES)} "
+                "(or a list of indices)"
+            )
+        indices, named_combine = LAYER_CHOICES[layers]
+        if combine not in (_DEFAULT_COMBINE, named_combine):
+            raise ConfigError(
+                f"head.layers={layers} sets combine={named_combine}, "
+                f"but head.combine={combine!r}; drop head.combine or give indices"
+            )
+        if indices == "all":
+            indices = list(range(1, num_layers + 1))
+        return normalise_layers(indices, num_layers), named_combine
+    return normalise_layers(layers, num_layers), combine
+
+
+def describe_layers(layers: LayerSpec, combine: str) -> str:
+    """A short label of a layer choice for result tables.
+
+    Args:
+        layers: A name, one index or a list of indices (as configured).
+        combine: The configured combine.
+
+    Returns:
+        The name itself, or the indices (``-1``; ``-4,-3,-2,-1:concat`` for several).
+    """
+    if isinstance(layers, str):
+        return layers
+    items = [layers] if isinstance(layers, int) else list(layers)
+    text = ",".join(str(i) for i in items)
+    return f"{text}:{combine}" if len(items) > 1 else text
+
 
 def normalise_layers(layers: int | Sequence[int], num_layers: int) -> list[int]:
     """Check layer indices against the encoder depth.
@@ -61,19 +131,18 @@ class LayerSelect(nn.Module):
     """Pick hidden states by index and combine them into one (B, T, width) tensor.
 
     Args:
-        layers: Layer indices (0 = embeddings, negative from the top).
+        layers: Layer indices (0 = embeddings, negative from the top) or a name from
+            :data:`LAYER_CHOICES`, which also sets the combine.
         combine: ``concat`` (width = n * H), ``mean``, ``sum`` or ``scalar_mix`` (width H).
         hidden_size: Encoder width H.
         num_layers: Encoder depth L.
     """
 
-    def __init__(
-        self, layers: int | Sequence[int], combine: str, hidden_size: int, num_layers: int
-    ) -> None:
+    def __init__(self, layers: LayerSpec, combine: str, hidden_size: int, num_layers: int) -> None:
         super().__init__()
         if combine not in COMBINES:
             raise ConfigError(f"head.combine={combine!r}; valid choices: {', '.join(COMBINES)}")
-        self.layers = normalise_layers(layers, num_layers)
+        self.layers, combine = resolve_layers(layers, combine, num_layers)
         self.combine = combine
         n = len(self.layers)
         self.out_dim = hidden_size * n if combine == "concat" else hidden_size
