@@ -206,6 +206,18 @@ class GlueDataModule(L.LightningDataModule):
                 self.tokenizer, self.spec, columns, self.max_length, f"{self.spec.name} {name}"
             )
 
+    def describe(self) -> dict[str, Any]:
+        """Sizes and truncation counts per split for the result file."""
+        assert self.train is not None, "call setup() first"
+        return {
+            "n_train": len(self.train),
+            "n_dev": {n: len(d) for n, d in self.dev.items()},
+            "truncated": {
+                "train": self.train.n_truncated,
+                **{n: d.n_truncated for n, d in self.dev.items()},
+            },
+        }
+
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
 
