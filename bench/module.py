@@ -1,7 +1,9 @@
-"""The ``LightningModule``: an encoder, a head, a freezing strategy, GLUE metrics.
+"""The ``LightningModule``: an encoder, a head, a freezing strategy, the task's metrics.
 
 It takes plain values (dicts, ints, floats) and builds every module inside, so
 ``save_hyperparameters()`` records the whole grid cell and checkpoints load back.
+Sequence tasks (GLUE) use torchmetrics in the loop; token tasks (CoNLL-2003) decode one
+tag per word and are scored with seqeval at the end of each validation epoch.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from torch.nn import functional as F
 from bench.encoders import load_encoder, pooler_weights
 from bench.errors import DivergedError, EncoderError
 from bench.freezing import apply_freezing
-from bench.heads import build_head, count_parameters
+from bench.heads import TokenHead, build_head, build_token_head, count_parameters
 from bench.metrics import build_metrics, finite_or_none
+from bench.ner_metrics import score_ids
 from bench.tasks import get_task
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -51,17 +54,26 @@ class HeadbenchModule(L.LightningModule):
         self.spec = get_task(task)
         self.encoder, self.encoder_info = load_encoder(encoder)
         info = self.encoder_info
-        self.head = build_head(head, info.hidden_size, info.num_layers, self.spec.num_labels)
+        self.is_token = self.spec.kind == "token"
+        if self.is_token:
+            self.head: nn.Module = build_token_head(
+                head, info.hidden_size, info.num_layers, self.spec.label_names
+            )
+        else:
+            self.head = build_head(head, info.hidden_size, info.num_layers, self.spec.num_labels)
         if head.get("init") == "pretrained":
             self._copy_pretrained_pooler()
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # the head is the only pooler; keeps counts honest
         self.freeze_report = apply_freezing(self.encoder, freeze["name"], freeze.get("k"))
         self.dev_names = list(dev_names or ["dev"])
-        self.metrics = nn.ModuleDict({n: build_metrics(self.spec) for n in self.dev_names})
+        self.metrics = nn.ModuleDict(
+            {} if self.is_token else {n: build_metrics(self.spec) for n in self.dev_names}
+        )
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        self._word_outputs: dict[str, list[tuple[int, list[int], list[int]]]] = {}
         self._train_loss = [0.0, 0]  # sum, count since the epoch started
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
@@ -106,13 +118,17 @@ class HeadbenchModule(L.LightningModule):
         return self
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        """Return logits (B, C) for a padded batch."""
+        """Return logits for a padded batch: (B, C), or (B, T, C) for a token task."""
         inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
             out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
         return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
 
-    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+    def _loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        if self.is_token:
+            assert isinstance(self.head, TokenHead)
+            return self.head.loss(logits, batch["word_pos"], batch["word_labels"])
+        labels = batch["labels"]
         if self.spec.is_regression:
             return F.mse_loss(logits.squeeze(-1), labels.float())
         return F.cross_entropy(logits, labels)
@@ -122,10 +138,10 @@ class HeadbenchModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """One optimisation step; a non-finite loss stops the run as diverged."""
-        loss = self._loss(self(batch), batch["labels"])
+        loss = self._loss(self(batch), batch)
         if not torch.isfinite(loss):
             raise DivergedError(self.global_step, float(loss))
-        size = batch["labels"].shape[0]
+        size = batch["attention_mask"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
         self._train_loss[0] += float(loss.detach()) * size
         self._train_loss[1] += size
@@ -142,24 +158,47 @@ class HeadbenchModule(L.LightningModule):
         """Update the split's metrics and keep its predictions."""
         name = self.dev_names[dataloader_idx]
         logits = self(batch)
-        preds = self._predict(logits)
-        self.metrics[name].update(preds, batch["labels"])
         self.log(
             f"{name}/loss",
-            self._loss(logits, batch["labels"]),
-            batch_size=batch["labels"].shape[0],
+            self._loss(logits, batch),
+            batch_size=batch["attention_mask"].shape[0],
             add_dataloader_idx=False,
         )
+        if self.is_token:
+            self._keep_words(name, logits, batch)
+            return
+        preds = self._predict(logits)
+        self.metrics[name].update(preds, batch["labels"])
         self._outputs.setdefault(name, []).append(
             (batch["idx"].cpu(), batch["labels"].cpu(), preds.detach().cpu())
         )
+
+    def _keep_words(self, name: str, logits: Tensor, batch: dict[str, Tensor]) -> None:
+        """Decode one tag per word; words without a sub-token (truncated) get ``O``."""
+        assert isinstance(self.head, TokenHead)
+        preds = self.head.decode(logits, batch["word_pos"])  # (B, W), -1 where absent
+        preds = preds.masked_fill(preds < 0, self.spec.outside_label).cpu()
+        gold = batch["word_labels"].cpu()  # (B, W), -100 on padding
+        for row, idx in enumerate(batch["idx"].tolist()):
+            n_words = int((gold[row] >= 0).sum())
+            self._word_outputs.setdefault(name, []).append(
+                (idx, gold[row, :n_words].tolist(), preds[row, :n_words].tolist())
+            )
+
+    def _split_scores(self, name: str) -> dict[str, float | None]:
+        if self.is_token:
+            rows = self._word_outputs.get(name, [])
+            gold, pred = [r[1] for r in rows], [r[2] for r in rows]
+            return score_ids(self.spec, gold, pred)  # type: ignore[arg-type]
+        values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
+        self.metrics[name].reset()
+        return values
 
     def on_validation_epoch_end(self) -> None:
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
         record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
         for name in self.dev_names:
-            values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
-            self.metrics[name].reset()
+            values = self._split_scores(name)
             self.log_dict({f"{name}/{k}": v for k, v in values.items() if v is not None})
             record[name] = values
         total, count = self._train_loss
@@ -175,8 +214,13 @@ class HeadbenchModule(L.LightningModule):
                 "predictions": {n: self._collect(n) for n in self.dev_names},
             }
         self._outputs.clear()
+        self._word_outputs.clear()
 
     def _collect(self, name: str) -> dict[str, list[Any]]:
+        if self.is_token:  # per sentence: gold and predicted tag ids per word
+            rows = sorted(self._word_outputs.get(name, []))
+            return {"idx": [r[0] for r in rows], "label": [r[1] for r in rows],
+                    "pred": [r[2] for r in rows]}  # fmt: skip
         parts = self._outputs.get(name, [])
         if not parts:
             return {"idx": [], "label": [], "pred": []}

@@ -25,6 +25,7 @@ from bench import provenance
 from bench.atomic import atomic_write, atomic_write_json
 from bench.collect import RESULT_FILE
 from bench.errors import ConfigError, DivergedError
+from bench.heads.layers import describe_layers
 from bench.metrics import majority_baseline
 from bench.tasks import get_task
 
@@ -47,12 +48,20 @@ _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:
-    """The grid coordinates of a config: task, encoder, head, freeze, seed (plus labels)."""
+    """The grid coordinates of a config: task, encoder, head, freeze, seed (plus labels).
+
+    ``layers`` is the head's layer choice: its name (``concat_last4``) or the indices
+    (``-1``; ``-4,-3,-2,-1:concat``).
+    """
+    layers = cfg.head.get("layers", -1)
+    if OmegaConf.is_config(layers):
+        layers = OmegaConf.to_container(layers, resolve=True)
     return {
         "task": cfg.task.name,
         "encoder": cfg.encoder.name,
         "head": cfg.head.name,
         "head_label": cfg.head.get("label", cfg.head.name),
+        "layers": describe_layers(layers, cfg.head.get("combine", "concat")),
         "freeze": cfg.freeze.name,
         "freeze_label": cfg.freeze.get("label", cfg.freeze.name),
         "seed": int(cfg.seed),
@@ -127,6 +136,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     from bench.data import GlueDataModule
     from bench.encoders import load_tokenizer
     from bench.module import HeadbenchModule
+    from bench.ner_metrics import majority_baseline as ner_majority_baseline
+    from bench.token_data import TokenDataModule, write_word_predictions
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
@@ -135,8 +146,9 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
     tokenizer = load_tokenizer(plain["encoder"])
-    datamodule = GlueDataModule(
-        spec,
+    token_task = spec.kind == "token"
+    datamodule = (TokenDataModule if token_task else GlueDataModule)(
+        spec,  # type: ignore[arg-type]
         tokenizer,
         data_dir=cfg.data.dir,
         train_size=cfg.data.train_size,
@@ -162,15 +174,11 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     assert datamodule.train is not None
     result["data"] = {
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
-        "n_train": len(datamodule.train),
-        "n_dev": {n: len(d) for n, d in datamodule.dev.items()},
-        "truncated": {
-            "train": datamodule.train.n_truncated,
-            **{n: d.n_truncated for n, d in datamodule.dev.items()},
-        },
+        **datamodule.describe(),
     }
+    baseline = ner_majority_baseline if token_task else majority_baseline
     result["baseline"] = {
-        name: majority_baseline(spec, datamodule.train_labels, labels)
+        name: baseline(spec, datamodule.train_labels, labels)  # type: ignore[arg-type]
         for name, labels in datamodule.dev_labels.items()
     }
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -195,7 +203,13 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         result["history"] = module.history
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
-    _write_predictions(run_dir, module.best["predictions"])
+    if token_task:
+        assert isinstance(datamodule, TokenDataModule)
+        write_word_predictions(
+            run_dir, module.best["predictions"], datamodule.dev_tokens, spec.label_names
+        )
+    else:
+        _write_predictions(run_dir, module.best["predictions"])
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from bench.encoders import load_tokenizer
 from bench.module import HeadbenchModule
-from bench.tasks import TASKS
+from bench.tasks import ALL_TASKS, TASKS, TOKEN_TASKS
 from conftest import CONF, ROOT
 
 GROUPS = ["encoder", "head", "freeze", "task", "trainer", "optim"]
@@ -28,7 +28,7 @@ def build(cfg) -> HeadbenchModule:
     task = plain["task"]["name"]
     return HeadbenchModule(
         encoder=plain["encoder"], head=plain["head"], freeze=plain["freeze"], task=task,
-        optim=plain["optim"], dev_names=list(TASKS[task].dev),
+        optim=plain["optim"], dev_names=list(ALL_TASKS[task].dev),
     )  # fmt: skip
 
 
@@ -36,7 +36,7 @@ def test_the_groups_have_the_promised_options():
     assert set(options("encoder")) == set(OFFLINE_ENCODERS + HUB_ENCODERS)
     assert options("head") == ["bilstm", "last4_concat", "linear", "pooler"]
     assert options("freeze") == ["embeddings", "frozen", "full", "top_k"]
-    assert set(options("task")) == set(TASKS)
+    assert set(options("task")) == set(TASKS) | set(TOKEN_TASKS)
 
 
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g in GROUPS for o in options(g)])
@@ -57,7 +57,7 @@ def test_experiment_quick_composes(compose_cfg):
     [("encoder=tiny_bert", f"head={h}") for h in options("head")]
     + [("encoder=tiny_roberta", f"head={h}") for h in options("head")]
     + [("encoder=tiny_bert", f"freeze={f}") for f in options("freeze")]
-    + [("encoder=tiny_bert", f"task={t}") for t in options("task")]
+    + [("encoder=tiny_bert", f"task={t}") for t in options("task") if t in TASKS]
     + [("encoder=minilm", f"head={h}") for h in options("head")]
     + [("encoder=tiny_bert", "head=bilstm", "head.layers=[0,2]", "head.combine=scalar_mix")],
     ids=lambda o: "+".join(o),
@@ -121,3 +121,23 @@ def test_missing_seed_is_named(tmp_path):
     proc = _cli("encoder=tiny_bert", f"runs_dir={tmp_path}/runs", cwd=tmp_path)
     assert proc.returncode != 0
     assert "seed" in proc.stderr
+
+
+@pytest.mark.parametrize("head", options("head"))
+@pytest.mark.parametrize("encoder", ["tiny_bert", "tiny_roberta"])
+def test_every_head_builds_for_a_token_task_with_logits_per_token(compose_cfg, encoder, head):
+    cfg = compose_cfg(f"encoder={encoder}", f"head={head}", "task=conll2003", "seed=1")
+    assert cfg.head.pool is None  # conf/task_head/conll2003_<head>.yaml
+    module = build(cfg)
+    tok = load_tokenizer(OmegaConf.to_container(cfg.encoder))
+    batch = dict(tok(["a short one", "and a somewhat longer sentence here"], padding=True,
+                     return_tensors="pt"))  # fmt: skip
+    logits = module.eval()(batch)
+    assert logits.shape == (*batch["input_ids"].shape, TOKEN_TASKS["conll2003"].num_labels)
+
+
+def test_named_layers_and_crf_compose_from_the_command_line(compose_cfg):
+    cfg = compose_cfg("task=conll2003", "head=bilstm", "head.layers=sum_all", "+head.crf=true",
+                      "seed=1")  # fmt: skip
+    assert cfg.head.layers == "sum_all" and cfg.head.crf is True and cfg.head.lstm_layers == 2
+    assert compose_cfg("task=sst2", "head=bilstm", "seed=1").head.lstm_layers == 1
