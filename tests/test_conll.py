@@ -86,3 +86,13 @@ def test_the_original_iob1_release_is_refused(conll_dir):
         pytest.skip("original IOB1 files not present")
     with pytest.raises(DataError, match=r"eng\.testa:\d+: tag 'I-"):
         read_conll(original, SPEC)
+
+
+@pytest.mark.network
+def test_hub_split_matches_the_local_file_with_tags_mapped_by_name(conll_dir):
+    from bench.token_data import load_token_split
+
+    hub = load_token_split(SPEC, SPEC.dev["dev"], None)  # eriktks/conll2003, Parquet branch
+    local = read_conll(conll_file(conll_dir, SPEC, "dev.txt"), SPEC)
+    assert hub["tokens"] == local["tokens"]
+    assert hub["label"] == local["label"]
