@@ -6,7 +6,7 @@ re-runs everything. ``--dry-run`` lists what a launch would do without training.
 
 Examples:
     python -m bench task=sst2 encoder=minilm head=bilstm freeze=frozen seed=1
-    python -m bench -m experiment=quick
+    python -m bench -m experiment=quick          # `+experiment=quick` works too
     python -m bench experiment=cpu_heads --dry-run
 """
 
@@ -69,8 +69,14 @@ def _dry_run(args: list[str]) -> None:
     print_plan(cells)
 
 
+def _normalise(arg: str) -> str:
+    """``+experiment=x`` means ``experiment=x``: the defaults list already has the slot."""
+    return arg[1:] if arg.startswith("+experiment=") else arg
+
+
 def main() -> None:
     """Entry point of ``python -m bench`` and the ``headbench`` script."""
+    sys.argv[1:] = [_normalise(a) for a in sys.argv[1:]]
     if "--dry-run" in sys.argv[1:]:
         _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
         return
