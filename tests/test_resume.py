@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from bench.collect import collect, read_table
+from bench.plan import plan
 from bench.resume import CellState, cell_state, clear_run_outputs, should_run
-from conftest import ROOT
+from conftest import CONF, ROOT
 
 TINY = ("encoder=tiny_bert", "data.train_size=48", "trainer.max_epochs=1", "data.max_length=32",
         "data.batch_size=16")  # fmt: skip
@@ -196,3 +197,20 @@ def test_a_killed_sweep_resumes_to_every_cell_ok_exactly_once(data_dir, tmp_path
     cells = table.drop_duplicates(["head", "seed"])
     assert len(cells) == 4 and len(table) == 4  # one accuracy row per cell, no duplicates
     _assert_nothing_half_written(runs)
+
+
+def test_dry_run_expands_a_preset_without_writing_anything(tmp_path):
+    listing = _bench("-m", "+experiment=quick", f"runs_dir={tmp_path}/runs", "--dry-run").stdout
+    assert "8 cells: 8 pending; 8 would run" in listing
+    assert f"{tmp_path}/runs/sst2/minilm/bilstm/frozen/seed=1" in listing
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cpu_heads_is_the_promised_grid(tmp_path):
+    cells = plan(CONF, ["experiment=cpu_heads", f"runs_dir={tmp_path}"], multirun=False)
+    parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]
+    assert len(parts) == 120 == len(set(parts))
+    assert {p[0] for p in parts} == {"sst2", "mrpc", "rte", "cola", "stsb"}
+    assert {p[2] for p in parts} == {"linear", "pooler-random", "last4_concat", "bilstm"}
+    assert {(p[1], p[3]) for p in parts} == {("minilm", "frozen"), ("minilm", "full")}
+    assert {p[4] for p in parts} == {"seed=1", "seed=2", "seed=3"}
