@@ -176,7 +176,7 @@ def test_bert_table7_multirun_from_the_command_line(small_conll, tmp_path):
 def test_minilm_frozen_concat_last4_bilstm_learns_entities(compose_cfg, data_dir, tmp_path):
     """The issue's real run: MiniLM, frozen, concat_last4 into the 2-layer BiLSTM, 2,000
     training sentences, one epoch. Measured on 2 shared CPU cores (one torch thread):
-    327 s, dev F1 0.655, test F1 0.615 (strict IOB2)."""
+    224 s, dev F1 0.771, test F1 0.745 (strict IOB2)."""
     cfg = compose_cfg("experiment=bert_table7", "table7=concat_last4", "hydra.mode=RUN",
                       "encoder=minilm", "seed=1", "data.train_size=2000", "trainer.max_epochs=1",
                       f"data.dir={data_dir}")  # fmt: skip
