@@ -48,9 +48,9 @@ RNG_SEED = 0  # fixed, so every table is reproducible to the last digit
 
 
 def _main_metric_for(task: str) -> float | str:
-    from bench.tasks import TASKS  # pure task specs, no torch
+    from bench.tasks import ALL_TASKS  # pure task specs, no torch
 
-    spec = TASKS.get(task)
+    spec = ALL_TASKS.get(task)
     return spec.main_metric if spec is not None else np.nan
 
 

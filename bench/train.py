@@ -92,7 +92,7 @@ def config_hash(cfg: DictConfig) -> str:
 def _main_metric(cfg: DictConfig) -> str | None:
     try:
         return get_task(cfg.task.name).main_metric
-    except ConfigError:
+    except KeyError:
         return None  # the unknown task is reported by the run itself
 
 

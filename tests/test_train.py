@@ -31,7 +31,7 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["status"] == result["status"] == "ok", result.get("reason")
     assert on_disk["cell"] == {"task": "sst2", "encoder": "tiny_bert", "head": "bilstm",
-                               "head_label": "bilstm", "freeze": "frozen",
+                               "head_label": "bilstm", "layers": "-1", "freeze": "frozen",
                                "freeze_label": "frozen", "seed": 1}  # fmt: skip
     assert [h["epoch"] for h in on_disk["history"]] == [0, 1]
     assert all(h["train_loss"] is not None for h in on_disk["history"])
