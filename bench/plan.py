@@ -9,8 +9,10 @@ run directory. Nothing is written and nothing is trained.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -60,11 +62,17 @@ def _run_dir(cfg: DictConfig, multirun: bool) -> Path:
         return Path(str(cfg.runs_dir)) / cell_path(cfg)
 
 
+def _hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
+    if GlobalHydra.instance().is_initialized():  # inside a running app (a sweep callback)
+        return nullcontext()
+    return initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
+
+
 def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[PlannedCell]:
     """Expand a sweep (or a single run) into its cells and classify each.
 
     Args:
-        config_dir: The Hydra config tree.
+        config_dir: The Hydra config tree (unused inside a running Hydra app).
         overrides: Command-line overrides, without ``-m``.
         multirun: Whether ``-m`` was given.
 
@@ -72,7 +80,7 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
         One :class:`PlannedCell` per job, in launch order.
     """
     cells = []
-    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+    with _hydra_context(config_dir):
         hydra = GlobalHydra.instance().hydra
         assert hydra is not None
         # As Hydra decides: `-m`, or `hydra.mode: MULTIRUN` in the composed config.
@@ -90,6 +98,30 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
     return cells
 
 
+def collisions(cells: list[PlannedCell]) -> dict[Path, list[tuple[str, ...]]]:
+    """Run directories that several cells of one sweep would share (they would overwrite).
+
+    Returns:
+        For each shared directory, the overrides of the cells that map to it.
+    """
+    jobs: dict[Path, list[tuple[str, ...]]] = {}
+    for cell in cells:
+        jobs.setdefault(cell.run_dir, []).append(cell.overrides)
+    return {run_dir: found for run_dir, found in jobs.items() if len(found) > 1}
+
+
+def collision_message(shared: dict[Path, list[tuple[str, ...]]]) -> str:
+    """Explain shared run directories and how to separate them."""
+    lines = [f"{len(shared)} run directories would be shared by several cells of this sweep:"]
+    for run_dir, jobs in list(shared.items())[:5]:
+        lines.append(f"  {run_dir}: " + " | ".join(" ".join(job) for job in jobs))
+    lines.append(
+        "A run directory is task/encoder/head.label/freeze.label/seed=N; give the cells "
+        "distinct labels (e.g. head.label=bilstm-${head.layers}) so none overwrites another."
+    )
+    return "\n".join(lines)
+
+
 def print_plan(cells: list[PlannedCell]) -> None:
     """Print one line per cell and a count per state."""
     for cell in cells:
@@ -100,3 +132,6 @@ def print_plan(cells: list[PlannedCell]) -> None:
     to_run = sum(cell.will_run for cell in cells)
     states = ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
     print(f"{len(cells)} cells: {states}; {to_run} would run")
+    shared = collisions(cells)
+    if shared:
+        print(collision_message(shared))

@@ -214,3 +214,15 @@ def test_cpu_heads_is_the_promised_grid(tmp_path):
     assert {p[2] for p in parts} == {"linear", "pooler-random", "last4_concat", "bilstm"}
     assert {(p[1], p[3]) for p in parts} == {("minilm", "frozen"), ("minilm", "full")}
     assert {p[4] for p in parts} == {"seed=1", "seed=2", "seed=3"}
+
+
+def test_a_sweep_whose_cells_share_a_run_directory_stops_before_training(tmp_path):
+    sweep = ("-m", "task=sst2", "head=linear", "head.layers=last,second_to_last", "seed=1",
+             f"runs_dir={tmp_path}/runs", *TINY)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "bench", *sweep], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1
+    assert "1 run directories would be shared" in proc.stderr and "head.label" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+    labelled = _bench(*sweep, "head.label=linear-${head.layers}", "--dry-run").stdout
+    assert "2 cells: 2 pending; 2 would run" in labelled and "shared" not in labelled
