@@ -139,7 +139,53 @@ def tokenize(
     return Encoded(examples, n_truncated)
 
 
-class GlueDataModule(L.LightningDataModule):
+class SplitLoaders(L.LightningDataModule):
+    """Loaders shared by the data modules: shuffled training batches, one loader per eval split.
+
+    Subclasses set ``train``, ``dev`` (name → dataset), ``dev_names``, ``batch_size``,
+    ``eval_batch_size``, ``num_workers`` and define ``_collate``.
+    """
+
+    train: Any
+    dev: dict[str, Any]
+    batch_size: int
+    eval_batch_size: int
+    num_workers: int
+
+    @property
+    def dev_names(self) -> list[str]:
+        """Evaluation split names, in loader order."""
+        raise NotImplementedError
+
+    def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches (order from the global seed)."""
+        assert self.train is not None, "call setup() first"
+        return DataLoader(
+            self.train,  # type: ignore[arg-type]
+            batch_size=self.batch_size,
+            shuffle=True,
+            collate_fn=self._collate,
+            num_workers=self.num_workers,
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation split (``dev``; MNLI ``dev_mismatched``; NER ``test``)."""
+        return [
+            DataLoader(
+                self.dev[name],  # type: ignore[arg-type]
+                batch_size=self.eval_batch_size,
+                shuffle=False,
+                collate_fn=self._collate,
+                num_workers=self.num_workers,
+            )
+            for name in self.dev_names
+        ]
+
+
+class GlueDataModule(SplitLoaders):
     """Training and dev data of one GLUE task, tokenized once, padded per batch.
 
     Args:
@@ -220,27 +266,3 @@ class GlueDataModule(L.LightningDataModule):
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
-
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches (order from the global seed)."""
-        assert self.train is not None, "call setup() first"
-        return DataLoader(
-            self.train,  # type: ignore[arg-type]
-            batch_size=self.batch_size,
-            shuffle=True,
-            collate_fn=self._collate,
-            num_workers=self.num_workers,
-        )
-
-    def val_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation split (``dev``; MNLI adds ``dev_mismatched``)."""
-        return [
-            DataLoader(
-                self.dev[name],  # type: ignore[arg-type]
-                batch_size=self.eval_batch_size,
-                shuffle=False,
-                collate_fn=self._collate,
-                num_workers=self.num_workers,
-            )
-            for name in self.dev_names
-        ]

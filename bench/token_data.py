@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader
 
 from bench.alignment import IGNORE, align_labels, prepare_tokenizer
 from bench.atomic import atomic_write
 from bench.conll import conll_file, is_valid_iob2, read_conll
-from bench.data import Columns, Encoded, subset
+from bench.data import Columns, Encoded, SplitLoaders, subset
 from bench.errors import DataError
 from bench.tasks import SplitSource, TokenTaskSpec
 
@@ -162,7 +160,7 @@ def collate_words(tokenizer: Any, batch: Sequence[dict[str, Any]]) -> dict[str, 
     return out
 
 
-class TokenDataModule(L.LightningDataModule):
+class TokenDataModule(SplitLoaders):
     """Training and evaluation data of a token task, tokenized once, padded per batch.
 
     Same arguments as :class:`bench.data.GlueDataModule`; evaluation splits are the
@@ -237,30 +235,6 @@ class TokenDataModule(L.LightningDataModule):
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         return collate_words(self.tokenizer, batch)
-
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches (order from the global seed)."""
-        assert self.train is not None, "call setup() first"
-        return DataLoader(
-            self.train,  # type: ignore[arg-type]
-            batch_size=self.batch_size,
-            shuffle=True,
-            collate_fn=self._collate,
-            num_workers=self.num_workers,
-        )
-
-    def val_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation split (``dev``, ``test``)."""
-        return [
-            DataLoader(
-                self.dev[name],  # type: ignore[arg-type]
-                batch_size=self.eval_batch_size,
-                shuffle=False,
-                collate_fn=self._collate,
-                num_workers=self.num_workers,
-            )
-            for name in self.dev_names
-        ]
 
 
 def write_word_predictions(
