@@ -7,16 +7,15 @@ Every head has the signature ``forward(hidden_states, attention_mask) -> logits`
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from torch import nn
 
-from bench.errors import ConfigError
 from bench.heads.base import SequenceHead
 from bench.heads.bilstm import BiLSTMHead
 from bench.heads.last4_concat import Last4ConcatHead
 from bench.heads.linear import LinearHead
+from bench.heads.options import head_options
 from bench.heads.pooler import PoolerHead
 from bench.heads.token import TOKEN_HEADS, TokenHead, build_token_head
 
@@ -26,16 +25,6 @@ HEADS: dict[str, type[SequenceHead]] = {
     "last4_concat": Last4ConcatHead,
     "bilstm": BiLSTMHead,
 }
-# Config keys that describe the cell rather than the module.
-_META_KEYS = ("name", "label")
-
-
-def _valid_options(cls: type[SequenceHead]) -> list[str]:
-    names: set[str] = set()
-    for klass in (cls, SequenceHead):
-        names |= set(inspect.signature(klass.__init__).parameters)
-    names -= {"self", "options", "hidden_size", "num_layers", "num_labels"}
-    return sorted(names - cls.fixed_options)
 
 
 def build_head(
@@ -55,17 +44,7 @@ def build_head(
     Raises:
         ConfigError: For an unknown head name or an option the head does not take.
     """
-    name = cfg.get("name")
-    if name not in HEADS:
-        raise ConfigError(f"unknown head {name!r} (head.name); valid choices: {', '.join(HEADS)}")
-    cls = HEADS[name]
-    options = {k: v for k, v in cfg.items() if k not in _META_KEYS}
-    valid = _valid_options(cls)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ConfigError(
-            f"head {name!r} does not take option(s) {unknown}; valid options: {', '.join(valid)}"
-        )
+    cls, options = head_options(cfg, HEADS, SequenceHead)
     return cls(hidden_size, num_layers, num_labels, **options)
 
 

@@ -13,7 +13,6 @@ frozen-feature model: a 2-layer BiLSTM, 768 wide in total). ``crf: true`` works 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -25,6 +24,7 @@ from bench.errors import ConfigError
 from bench.heads.classifier import Classifier
 from bench.heads.crf import CRF, iob2_constraints
 from bench.heads.layers import LayerSelect, LayerSpec
+from bench.heads.options import head_options
 from bench.heads.pooling import BiLSTMEncoder
 
 _LSTM_OPTIONS = frozenset({"lstm_hidden", "lstm_layers", "lstm_dropout"})
@@ -226,15 +226,6 @@ TOKEN_HEADS: dict[str, type[TokenHead]] = {
     "last4_concat": TokenLast4ConcatHead,
     "bilstm": TokenBiLSTMHead,
 }
-_META_KEYS = ("name", "label")
-
-
-def _valid_options(cls: type[TokenHead]) -> list[str]:
-    names: set[str] = set()
-    for klass in (cls, TokenHead):
-        names |= set(inspect.signature(klass.__init__).parameters)
-    names -= {"self", "options", "hidden_size", "num_layers", "label_names", "lstm"}
-    return sorted(names - cls.fixed_options)
 
 
 def build_token_head(
@@ -255,19 +246,7 @@ def build_token_head(
         ConfigError: For an unknown head name, an option the head does not take, or an
             option that makes no sense for tokens (``pool``, ``init: pretrained``).
     """
-    name = cfg.get("name")
-    if name not in TOKEN_HEADS:
-        raise ConfigError(
-            f"unknown head {name!r} (head.name) for a token task; "
-            f"valid choices: {', '.join(TOKEN_HEADS)}"
-        )
-    cls = TOKEN_HEADS[name]
-    options = {k: v for k, v in cfg.items() if k not in _META_KEYS}
-    valid = _valid_options(cls)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ConfigError(
-            f"head {name!r} on a token task does not take option(s) {unknown}; "
-            f"valid options: {', '.join(valid)}"
-        )
+    cls, options = head_options(
+        cfg, TOKEN_HEADS, TokenHead, " on a token task", internal=frozenset({"lstm"})
+    )
     return cls(hidden_size, num_layers, label_names, **options)
