@@ -140,25 +140,80 @@ def tokenize(
 
 
 class SplitLoaders(L.LightningDataModule):
-    """Loaders shared by the data modules: shuffled training batches, one loader per eval split.
+    """What the data modules share: arguments, load → subset → tokenize once, the loaders.
 
-    Subclasses set ``train``, ``dev`` (name → dataset), ``dev_names``, ``batch_size``,
-    ``eval_batch_size``, ``num_workers`` and define ``_collate``.
+    Subclasses say how a split is read (:meth:`_load`), encoded (:meth:`_encode`) and
+    batched (:meth:`_collate`).
+
+    Args:
+        spec: The task.
+        tokenizer: A fast tokenizer padding on the right.
+        data_dir: Local data root or None for the Hub.
+        train_size: Size of the fixed-seed training subset, or None for all.
+        data_seed: Seed of the subset (independent of the training seed).
+        max_length: Maximum tokens per example.
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation batch size.
+        num_workers: DataLoader workers.
     """
 
-    train: Any
-    dev: dict[str, Any]
-    batch_size: int
-    eval_batch_size: int
-    num_workers: int
+    def __init__(
+        self,
+        spec: Any,
+        tokenizer: Any,
+        data_dir: str | Path | None,
+        train_size: int | None,
+        data_seed: int,
+        max_length: int,
+        batch_size: int,
+        eval_batch_size: int,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.data_dir = data_dir
+        self.train_size = train_size
+        self.data_seed = data_seed
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.train: Any = None
+        self.dev: dict[str, Any] = {}
+        self.train_labels: list[Any] = []
+        self.dev_labels: dict[str, list[Any]] = {}
 
     @property
     def dev_names(self) -> list[str]:
-        """Evaluation split names, in loader order."""
+        """Names of the evaluation splits, in dataloader order."""
+        return list(self.spec.dev)
+
+    def _load(self, source: SplitSource) -> Columns:
         raise NotImplementedError
+
+    def _encode(self, columns: Columns, where: str) -> Any:
+        raise NotImplementedError
+
+    def _keep_dev(self, name: str, columns: Columns) -> None:
+        """Hook: keep more of an evaluation split than its labels."""
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, subset and tokenize every split (once)."""
+        if self.train is not None:
+            return
+        where = f"{self.spec.name} train"
+        train = subset(self._load(self.spec.train), self.train_size, self.data_seed, where)
+        self.train_labels = list(train["label"])
+        self.train = self._encode(train, where)
+        for name, source in self.spec.dev.items():
+            columns = self._load(source)
+            self.dev_labels[name] = list(columns["label"])
+            self._keep_dev(name, columns)
+            self.dev[name] = self._encode(columns, f"{self.spec.name} {name}")
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled training batches (order from the global seed)."""
@@ -188,69 +243,14 @@ class SplitLoaders(L.LightningDataModule):
 class GlueDataModule(SplitLoaders):
     """Training and dev data of one GLUE task, tokenized once, padded per batch.
 
-    Args:
-        spec: The task.
-        tokenizer: A fast tokenizer padding on the right.
-        data_dir: Local data root (GLUE download layout) or None for the Hub.
-        train_size: Size of the fixed-seed training subset, or None for all.
-        data_seed: Seed of the subset (independent of the training seed).
-        max_length: Maximum tokens per example.
-        batch_size: Training batch size.
-        eval_batch_size: Evaluation batch size.
-        num_workers: DataLoader workers.
+    Arguments as :class:`SplitLoaders`; ``spec`` is a :class:`~bench.tasks.TaskSpec`.
     """
 
-    def __init__(
-        self,
-        spec: TaskSpec,
-        tokenizer: Any,
-        data_dir: str | Path | None,
-        train_size: int | None,
-        data_seed: int,
-        max_length: int,
-        batch_size: int,
-        eval_batch_size: int,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__()
-        self.spec = spec
-        self.tokenizer = tokenizer
-        self.data_dir = data_dir
-        self.train_size = train_size
-        self.data_seed = data_seed
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
-        self.num_workers = num_workers
-        self.train: Encoded | None = None
-        self.dev: dict[str, Encoded] = {}
-        self.train_labels: list[Any] = []
-        self.dev_labels: dict[str, list[Any]] = {}
+    def _load(self, source: SplitSource) -> Columns:
+        return load_split(self.spec, source, self.data_dir)
 
-    @property
-    def dev_names(self) -> list[str]:
-        """Names of the evaluation splits, in dataloader order."""
-        return list(self.spec.dev)
-
-    def setup(self, stage: str | None = None) -> None:
-        """Load, subset and tokenize every split (once)."""
-        if self.train is not None:
-            return
-        where = f"{self.spec.name} train"
-        train = subset(
-            load_split(self.spec, self.spec.train, self.data_dir),
-            self.train_size,
-            self.data_seed,
-            where,
-        )
-        self.train_labels = list(train["label"])
-        self.train = tokenize(self.tokenizer, self.spec, train, self.max_length, where)
-        for name, source in self.spec.dev.items():
-            columns = load_split(self.spec, source, self.data_dir)
-            self.dev_labels[name] = list(columns["label"])
-            self.dev[name] = tokenize(
-                self.tokenizer, self.spec, columns, self.max_length, f"{self.spec.name} {name}"
-            )
+    def _encode(self, columns: Columns, where: str) -> Encoded:
+        return tokenize(self.tokenizer, self.spec, columns, self.max_length, where)
 
     def describe(self) -> dict[str, Any]:
         """Sizes and truncation counts per split for the result file."""

@@ -21,7 +21,7 @@ import torch
 from bench.alignment import IGNORE, align_labels, prepare_tokenizer
 from bench.atomic import atomic_write
 from bench.conll import conll_file, is_valid_iob2, read_conll
-from bench.data import Columns, Encoded, SplitLoaders, subset
+from bench.data import Columns, Encoded, SplitLoaders
 from bench.errors import DataError
 from bench.tasks import SplitSource, TokenTaskSpec
 
@@ -167,59 +167,18 @@ class TokenDataModule(SplitLoaders):
     task's ``dev`` mapping (``dev`` selects the best epoch, ``test`` is reported there).
     """
 
-    def __init__(
-        self,
-        spec: TokenTaskSpec,
-        tokenizer: Any,
-        data_dir: str | Path | None,
-        train_size: int | None,
-        data_seed: int,
-        max_length: int,
-        batch_size: int,
-        eval_batch_size: int,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__()
-        self.spec = spec
-        self.tokenizer = prepare_tokenizer(tokenizer)
-        self.data_dir = data_dir
-        self.train_size = train_size
-        self.data_seed = data_seed
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
-        self.num_workers = num_workers
-        self.train: TokenEncoded | None = None
-        self.dev: dict[str, TokenEncoded] = {}
-        self.train_labels: list[list[int]] = []
-        self.dev_labels: dict[str, list[list[int]]] = {}
+    def __init__(self, spec: TokenTaskSpec, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(spec, prepare_tokenizer(tokenizer), *args, **kwargs)
         self.dev_tokens: dict[str, list[list[str]]] = {}
 
-    @property
-    def dev_names(self) -> list[str]:
-        """Names of the evaluation splits, in dataloader order."""
-        return list(self.spec.dev)
+    def _load(self, source: SplitSource) -> Columns:
+        return load_token_split(self.spec, source, self.data_dir)
 
-    def setup(self, stage: str | None = None) -> None:
-        """Load, subset and tokenize every split (once)."""
-        if self.train is not None:
-            return
-        where = f"{self.spec.name} train"
-        train = subset(
-            load_token_split(self.spec, self.spec.train, self.data_dir),
-            self.train_size,
-            self.data_seed,
-            where,
-        )
-        self.train_labels = list(train["label"])
-        self.train = encode_words(self.tokenizer, train, self.max_length, where)
-        for name, source in self.spec.dev.items():
-            columns = load_token_split(self.spec, source, self.data_dir)
-            self.dev_labels[name] = list(columns["label"])
-            self.dev_tokens[name] = list(columns["tokens"])
-            self.dev[name] = encode_words(
-                self.tokenizer, columns, self.max_length, f"{self.spec.name} {name}"
-            )
+    def _encode(self, columns: Columns, where: str) -> TokenEncoded:
+        return encode_words(self.tokenizer, columns, self.max_length, where)
+
+    def _keep_dev(self, name: str, columns: Columns) -> None:
+        self.dev_tokens[name] = list(columns["tokens"])
 
     def describe(self) -> dict[str, Any]:
         """Sizes and alignment counts per split for the result file."""
