@@ -1,4 +1,11 @@
-"""GLUE's official metrics with torchmetrics, and the majority-class baseline."""
+"""GLUE's official metrics with torchmetrics, and the majority-class baseline.
+
+Matthews correlation is our own small torchmetrics ``Metric`` over a confusion matrix:
+torchmetrics' ``BinaryMatthewsCorrCoef`` returns 0.0256 instead of 0 for a constant
+predictor (its zero-denominator fallback), which made CoLA's "baseline" a positive number.
+We follow scikit-learn (and GLUE's evaluation, which uses it): MCC is 0 when either the
+predictions or the labels are constant.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +15,49 @@ from collections.abc import Sequence
 
 import torch
 from torchmetrics import Metric, MetricCollection
-from torchmetrics.classification import (
-    BinaryAccuracy,
-    BinaryF1Score,
-    BinaryMatthewsCorrCoef,
-    MulticlassAccuracy,
-    MulticlassMatthewsCorrCoef,
-)
+from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, MulticlassAccuracy
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from bench.errors import ConfigError
 from bench.tasks import TaskSpec
+
+
+class MatthewsCorrCoef(Metric):
+    """Matthews correlation (Gorodkin's multi-class form), 0 where it is undefined.
+
+    Args:
+        num_classes: Number of classes.
+    """
+
+    full_state_update = False
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.add_state(
+            "confusion",
+            default=torch.zeros(num_classes, num_classes, dtype=torch.float64),
+            dist_reduce_fx="sum",
+        )
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch of predicted and gold class ids."""
+        index = target.long().flatten() * self.num_classes + preds.long().flatten()
+        counts = torch.bincount(index, minlength=self.num_classes**2)
+        self.confusion += counts.reshape(self.num_classes, self.num_classes).double()
+
+    def compute(self) -> torch.Tensor:
+        """Return MCC as sklearn's ``matthews_corrcoef`` defines it."""
+        c = self.confusion
+        true_sum, pred_sum = c.sum(dim=1), c.sum(dim=0)
+        n, correct = c.sum(), c.trace()
+        cov_tp = correct * n - true_sum @ pred_sum
+        cov_pp = n * n - pred_sum @ pred_sum
+        cov_tt = n * n - true_sum @ true_sum
+        denominator = cov_pp * cov_tt
+        if denominator == 0:
+            return torch.tensor(0.0, dtype=torch.float64)
+        return cov_tp / torch.sqrt(denominator)
 
 
 def _metric(name: str, num_labels: int) -> Metric:
@@ -28,7 +67,7 @@ def _metric(name: str, num_labels: int) -> Metric:
     if name == "f1":  # GLUE's F1 is binary F1 of the positive class (MRPC, QQP)
         return BinaryF1Score()
     if name == "mcc":
-        return BinaryMatthewsCorrCoef() if binary else MulticlassMatthewsCorrCoef(num_labels)
+        return MatthewsCorrCoef(num_labels)
     if name == "pearson":
         return PearsonCorrCoef()
     if name == "spearman":

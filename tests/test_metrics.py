@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from bench.metrics import majority_baseline, score
+from bench.metrics import _metric, majority_baseline, score
 from bench.tasks import TASKS, get_task
 
 REFERENCE = {
@@ -35,6 +36,37 @@ def test_metrics_equal_sklearn_and_scipy(task, seed):
     assert set(ours) == set(spec.metrics)
     for name, value in ours.items():
         assert value == pytest.approx(REFERENCE[name](labels, preds), abs=1e-5), name
+
+
+@pytest.mark.parametrize("num_labels", [2, 3])
+def test_mcc_of_constant_predictions_or_labels_is_zero_as_in_sklearn(num_labels):
+    labels = [0, 1, 1, 0, 1] if num_labels == 2 else [0, 1, 2, 0, 1]
+    spec = get_task("cola" if num_labels == 2 else "mnli")
+    metric = _metric("mcc", num_labels)
+    for constant in range(num_labels):
+        metric.reset()
+        metric.update(torch.tensor([constant] * 5), torch.tensor(labels))
+        assert float(metric.compute()) == matthews_corrcoef(labels, [constant] * 5) == 0.0
+    metric.reset()
+    metric.update(torch.tensor(labels), torch.tensor([1] * 5))  # constant gold labels
+    assert float(metric.compute()) == 0.0
+    assert spec.num_labels == num_labels
+
+
+def test_cola_majority_baseline_mcc_is_zero():
+    base = majority_baseline(get_task("cola"), [1, 1, 0], [0, 1, 1, 0, 1])
+    assert base["metrics"]["mcc"] == 0.0
+
+
+def test_mcc_accumulates_over_batches():
+    rng = np.random.default_rng(5)
+    labels, preds = rng.integers(0, 3, 300), rng.integers(0, 3, 300)
+    metric = _metric("mcc", 3)
+    for start in range(0, 300, 64):
+        metric.update(
+            torch.tensor(preds[start : start + 64]), torch.tensor(labels[start : start + 64])
+        )
+    assert float(metric.compute()) == pytest.approx(matthews_corrcoef(labels, preds), abs=1e-12)
 
 
 def test_glue_metric_choices():
