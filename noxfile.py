@@ -10,6 +10,7 @@ otherwise data comes from the Hugging Face Hub.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -43,10 +44,21 @@ def quick(session: nox.Session) -> None:
     session.run("python", "-m", "bench", "experiment=quick", *session.posargs, env=_env())
 
 
+def _chromium(session: nox.Session) -> None:
+    """Debian's Chromium for the report's browser test (Playwright drives it, no download)."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return
+    sudo = "" if os.geteuid() == 0 else "sudo "
+    install = f"{sudo}apt-get install -y chromium"
+    # A fresh machine may have no package lists yet: update only when the install fails.
+    session.run("sh", "-c", f"{install} || ({sudo}apt-get update && {install})", external=True)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (excludes `slow` and `network` tests unless -m is passed)."""
     _install(session, "[dev]")
+    _chromium(session)
     session.run("pytest", *session.posargs, env=_env())
 
 

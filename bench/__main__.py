@@ -12,6 +12,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -41,6 +42,11 @@ def _hydra_main(cfg: DictConfig) -> None:
     if not should_run(state, bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))):
         hint = "; +rerun_failed=true re-runs it" if state.state != "done" else ""
         print(f"skip ({state.state}{hint}): {run_dir}/result.json")
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            from bench.run_records import log_launch_event
+
+            cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
+            log_launch_event(hydra_cfg.sweep.dir, "skip", cell_path=cell_path, state=state.state)
         return
     clear_run_outputs(run_dir)
     result = run(cfg, run_dir)

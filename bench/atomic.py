@@ -10,6 +10,15 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_read_umask()  # read once, at import: os.umask is process-wide
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     """Write a text file atomically: write a temp file beside it, fsync, then rename.
 
@@ -24,6 +33,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; give the usual file mode
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             write(handle)
             handle.flush()

@@ -1,7 +1,8 @@
 """Result files → one tidy table (one row per cell × split × metric).
 
 ``python -m bench.collect runs/quick -o results/quick`` writes ``results.csv`` and
-``results.parquet`` and prints a wide summary. Unreadable result files are reported,
+``results.parquet`` (plus ``history.csv``, ``cells.json`` and ``launches.jsonl``, see
+:mod:`bench.run_records`) and prints a wide summary. Unreadable result files are reported,
 never fatal; when one cell has several results (the same cell found under two roots),
 the latest is kept and the others are reported.
 """
@@ -19,16 +20,19 @@ from typing import Any
 
 import pandas as pd
 
-from bench.atomic import atomic_write
+from bench.atomic import FILE_MODE, atomic_write, atomic_write_json
 from bench.provenance import utc_now
+from bench.run_records import (
+    CELL_COLUMNS,
+    HISTORY_COLUMNS,
+    history_table,
+    provenance_records,
+    read_launch_log,
+)
 
 log = logging.getLogger(__name__)
 
 RESULT_FILE = "result.json"
-CELL_COLUMNS = [
-    "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"
-]  # fmt: skip
-
 TABLE_COLUMNS = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
                  "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
 
@@ -141,6 +145,7 @@ def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
     path = out_dir / "results.csv"
     atomic_write(path, lambda handle: table.to_csv(handle, index=False))
     fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=out_dir)
+    os.fchmod(fd, FILE_MODE)
     os.close(fd)
     try:
         table.astype({"layers": "str", "reason": "str", "seed": "Int64"}).to_parquet(
@@ -182,8 +187,30 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return table
 
 
+def write_records(
+    results: list[dict[str, Any]], roots: Iterable[str | Path], out_dir: str | Path
+) -> None:
+    """Write ``history.csv``, ``cells.json`` and ``launches.jsonl`` beside the table."""
+    out_dir = Path(out_dir)
+    history = history_table(results)
+    atomic_write(out_dir / "history.csv", lambda handle: history.to_csv(handle, index=False))
+    atomic_write_json(out_dir / "cells.json", provenance_records(results))
+    lines = "".join(json.dumps(r) + "\n" for r in read_launch_log(roots))
+    atomic_write(out_dir / "launches.jsonl", lambda handle: handle.write(lines))
+
+
+def read_history(out_dir: str | Path) -> pd.DataFrame:
+    """Read ``history.csv`` of a results directory (empty table if there is none)."""
+    path = Path(out_dir) / "history.csv"
+    if not path.is_file():
+        return pd.DataFrame(columns=HISTORY_COLUMNS)
+    text = [c for c in CELL_COLUMNS if c != "seed"] + ["split", "metric"]
+    return pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), "seed": "Int64"})
+
+
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
     """Read results under ``roots``, report problems, optionally write the table, return it."""
+    roots = list(roots)
     results, problems = read_results(roots)
     for problem in problems:
         log.warning(problem)
@@ -191,7 +218,8 @@ def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataF
     table = tidy(results)
     if out_dir is not None:
         path = write_table(table, out_dir)
-        print(f"wrote {path} ({len(results)} cells, {len(table)} rows)")
+        write_records(results, roots, out_dir)
+        print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")
     return table
 
 

@@ -130,6 +130,33 @@ def to_latex(doc: Document) -> str:
     return "\n".join(out)
 
 
+HTML_STYLE = (
+    "table{border-collapse:collapse;margin:1em 0}td,th{padding:2px 8px}"
+    "th{border-bottom:1px solid #000}td.r,th.r{text-align:right}"
+    "tr.rule td{border-top:1px solid #888}caption{text-align:left;font-style:italic}"
+    "p.note{font-size:smaller}"
+)
+
+
+def html_table(t: Table, heading: str = "h2") -> str:
+    """Render one table as an HTML fragment (title heading, table, notes), all escaped."""
+    e = html_escape
+    out = [f"<{heading}>{e(t.title)}</{heading}>"] if t.title else []
+    out.append(f"<table>\n<caption>{e(t.caption)}</caption>")
+    heads = "".join(f'<th class="{a}">{e(h)}</th>' for a, h in zip(t.align, t.header, strict=True))
+    out.append(f"<thead><tr>{heads}</tr></thead>\n<tbody>")
+    for r, row in enumerate(t.rows):
+        cells = []
+        for j, (a, c) in enumerate(zip(t.align, row, strict=True)):
+            text = f"<b>{e(c)}</b>" if (r, j) in t.bold and c else e(c)
+            cells.append(f'<td class="{a}">{text}</td>')
+        cls = ' class="rule"' if r in t.rules and r else ""
+        out.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    out.append("</tbody>\n</table>")
+    out += [f'<p class="note">{e(note)}</p>' for note in t.notes]
+    return "\n".join(out)
+
+
 def to_html(doc: Document) -> str:
     """Render as a small self-contained HTML document."""
     e = html_escape
@@ -137,31 +164,12 @@ def to_html(doc: Document) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(doc.title)}</title>",
-        "<style>table{border-collapse:collapse;margin:1em 0}td,th{padding:2px 8px}"
-        "th{border-bottom:1px solid #000}td.r,th.r{text-align:right}"
-        "tr.rule td{border-top:1px solid #888}caption{text-align:left;font-style:italic}"
-        "p.note{font-size:smaller}</style>",
+        f"<style>{HTML_STYLE}</style>",
         "</head><body>",
         f"<h1>{e(doc.title)}</h1>",
     ]
     out += [f'<p class="note">{e(note)}</p>' for note in doc.notes]
-    for t in doc.tables:
-        if t.title:
-            out.append(f"<h2>{e(t.title)}</h2>")
-        out.append(f"<table>\n<caption>{e(t.caption)}</caption>")
-        heads = "".join(
-            f'<th class="{a}">{e(h)}</th>' for a, h in zip(t.align, t.header, strict=True)
-        )
-        out.append(f"<thead><tr>{heads}</tr></thead>\n<tbody>")
-        for r, row in enumerate(t.rows):
-            cells = []
-            for j, (a, c) in enumerate(zip(t.align, row, strict=True)):
-                text = f"<b>{e(c)}</b>" if (r, j) in t.bold and c else e(c)
-                cells.append(f'<td class="{a}">{text}</td>')
-            cls = ' class="rule"' if r in t.rules and r else ""
-            out.append(f"<tr{cls}>{''.join(cells)}</tr>")
-        out.append("</tbody>\n</table>")
-        out += [f'<p class="note">{e(note)}</p>' for note in t.notes]
+    out += [html_table(t) for t in doc.tables]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

@@ -16,6 +16,7 @@ import pytest
 from bench.collect import collect, read_table
 from bench.plan import plan
 from bench.resume import CellState, cell_state, clear_run_outputs, should_run
+from bench.run_records import last_launch, read_launch_log
 from conftest import CONF, ROOT
 
 TINY = ("encoder=tiny_bert", "data.train_size=48", "trainer.max_epochs=1", "data.max_length=32",
@@ -158,6 +159,8 @@ def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_
     before = _results(runs)
     rerun = _bench(*sweep)
     assert rerun.stdout.count("skip (") == 4 and _results(runs) == before
+    newest = last_launch(read_launch_log([runs]))
+    assert newest["launches"] == 2 and newest["skipped"] == 4  # what the report shows
 
     # The RTE files arrive; re-running failed cells fixes them and keeps the ok one.
     (data / "glue" / "RTE").symlink_to(data_dir / "glue" / "RTE")

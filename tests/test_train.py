@@ -8,9 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from bs4 import BeautifulSoup
 from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score, f1_score
 
+from bench.run_records import read_launch_log
 from bench.train import cell_path, run
 from conftest import ROOT
 
@@ -112,6 +114,16 @@ def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
         ("bilstm", "accuracy"),
     }
     assert "accuracy" in proc.stdout and "bilstm" in proc.stdout
+    # The same callback writes the report, and the sweep's launch is logged with its command.
+    report = tmp_path / "results" / "report.html"
+    assert f"report: {report}" in proc.stdout
+    sections = BeautifulSoup(report.read_text(encoding="utf-8"), "html.parser").find_all("section")
+    assert len(sections) == 7
+    launches = read_launch_log([tmp_path / "runs"])
+    assert [r["event"] for r in launches] == ["launch"]
+    assert launches[0]["command"].startswith("python -m bench -m encoder=tiny_bert task=sst2")
+    for name in ("history.csv", "cells.json", "launches.jsonl"):
+        assert (tmp_path / "results" / name).is_file()
 
 
 def test_minilm_frozen_linear_beats_the_majority_baseline_on_real_sst2(

@@ -1,0 +1,66 @@
+"""One self-contained HTML page that answers "which head?" for a sweep.
+
+``python -m bench.report <results-or-multirun-dir> -o reports/<name>.html`` and, at the
+end of every multirun, the collecting callback (``report_file`` in the config). Sections:
+headline verdicts, heads × freezing, seed spread, cost vs score, layer analysis, learning
+curves, provenance. Figures are embedded SVG; there is no JavaScript.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.atomic import atomic_write
+from bench.report.context import build_context
+from bench.report.headline import headline_section
+from bench.report.inputs import ReportInputs, load_inputs
+from bench.report.page import render_page
+from bench.report.provenance import provenance_section
+from bench.report.sections import (
+    cost_section,
+    curves_section,
+    heads_section,
+    layer_section,
+    spread_section,
+)
+
+SECTION_BUILDERS = (
+    headline_section,
+    heads_section,
+    spread_section,
+    cost_section,
+    layer_section,
+    curves_section,
+    provenance_section,
+)
+
+
+def render_report(inputs: ReportInputs, title: str | None = None) -> str:
+    """Render the report of some inputs as an HTML string."""
+    ctx = build_context(inputs)
+    table = inputs.table
+    tasks = ", ".join(sorted(table["task"].dropna().unique()))
+    encoders = ", ".join(sorted(table["encoder"].dropna().unique()))
+    n_runs = len(ctx.runs)
+    subtitle = (
+        f"{n_runs} runs on {tasks} with {encoders}: {len(ctx.palette.heads)} heads × "
+        f"{len(ctx.palette.freezes)} freezing strategies. All scores ×100 on the dev split "
+        "unless marked test."
+    )
+    sections = [build(ctx) for build in SECTION_BUILDERS]
+    return render_page(title or f"headbench report: {Path(inputs.source).name}", subtitle, sections)
+
+
+def build_report(source: str | Path, out: str | Path, title: str | None = None) -> Path:
+    """Build the report of a results or multirun directory and write it atomically.
+
+    Args:
+        source: A results directory (or table file) or a multirun directory.
+        out: The HTML file to write.
+        title: Page title (default: from the source's name).
+
+    Returns:
+        The written path.
+    """
+    text = render_report(load_inputs(source), title)
+    return atomic_write(out, lambda handle: handle.write(text))

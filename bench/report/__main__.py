@@ -1,0 +1,33 @@
+"""Command line: ``python -m bench.report SOURCE -o reports/NAME.html``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.report import build_report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build one report."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Build the self-contained HTML report of a results or multirun directory.",
+    )
+    parser.add_argument("source", help="results dir (results.parquet/.csv) or a multirun dir")
+    parser.add_argument(
+        "-o", "--out", default=None, help="HTML file to write (default: reports/<source name>.html)"
+    )
+    parser.add_argument("--title", default=None, help="page title")
+    args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else Path("reports") / f"{Path(args.source).name}.html"
+    try:
+        path = build_report(args.source, out, args.title)
+    except FileNotFoundError as err:
+        sys.exit(f"error: {err}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,472 @@
+"""The report's matplotlib figures, one function per section.
+
+Each function takes plain data frames (built by :mod:`bench.report.sections`) and a
+:class:`~bench.report.style.Palette`, and returns a figure, or None when there is nothing
+to draw. Scores arrive in [0, 1] and are drawn ×100.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from bench.report.style import (
+    FAILED_COLOUR,
+    Palette,
+    grid,
+    metric_title,
+    new_figure,
+    ordered,
+    seeds_text,
+    task_title,
+)
+from bench.tables import FREEZE_ORDER
+
+PANEL_KEYS = ["task", "encoder"]
+
+
+def panel_title(task: str, encoder: str, multi_encoder: bool) -> str:
+    """``SST-2`` or ``SST-2 · minilm`` when the report has several encoders."""
+    return f"{task_title(task)} · {encoder}" if multi_encoder else task_title(task)
+
+
+def _panels(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
+    return [(keys, group) for keys, group in frame.groupby(PANEL_KEYS, sort=True)]
+
+
+def _head_legend(
+    fig: Figure, palette: Palette, heads: Sequence[str], freezes: Sequence[str] = ()
+) -> None:
+    handles: list = [Patch(color=palette.colour(h), label=h) for h in heads]
+    handles += [
+        Line2D(
+            [], [], color="#444", marker=palette.marker(f), linestyle=palette.linestyle(f), label=f
+        )
+        for f in freezes
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8))
+
+
+def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Winner's margin over the runner-up with its 95% CI, one row per setting.
+
+    Args:
+        headlines: Columns task, encoder, freeze_label, winner, runner_up, margin,
+            ci_low, ci_high, significant, metric, n_pairs.
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in row labels.
+
+    Returns:
+        The figure, or None without any two-head setting.
+    """
+    rows = headlines.dropna(subset=["margin"]).reset_index(drop=True)
+    if rows.empty:
+        return None
+    fig = new_figure(7.5, 0.8 + 0.32 * len(rows))
+    ax = fig.add_subplot()
+    y = np.arange(len(rows))[::-1]
+    for yi, (_, r) in zip(y, rows.iterrows(), strict=True):
+        colour = palette.colour(r["winner"])
+        if np.isfinite(r["ci_low"]):
+            ax.plot([100 * r["ci_low"], 100 * r["ci_high"]], [yi, yi], color=colour, lw=2)
+        ax.plot(
+            100 * r["margin"],
+            yi,
+            marker="o",
+            ms=7,
+            color=colour,
+            markerfacecolor=colour if r["significant"] else "white",
+            markeredgewidth=2,
+        )
+    labels = [
+        f"{panel_title(r['task'], r['encoder'], multi_encoder)} · {r['freeze_label']}: "
+        f"{r['winner']} vs {r['runner_up']}"
+        for _, r in rows.iterrows()
+    ]
+    ax.set_yticks(y, labels)
+    ax.axvline(0, color="#444", lw=0.8)
+    ax.set_xlabel("margin over the runner-up (main metric, points ×100)")
+    ax.set_title(
+        f"Best head's margin, dev, paired over seeds ({seeds_text(rows['n_pairs'])})\n"
+        "filled = significant after Holm correction; hollow = not"
+    )
+    ax.grid(axis="y", visible=False)
+    _head_legend(fig, palette, ordered(rows["winner"], palette.heads))
+    return fig
+
+
+def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Grouped bars per task: x = freezing strategy, one bar per head, 95% CI error bars.
+
+    Args:
+        cells: :func:`bench.stats.cell_stats` output (main metric, dev).
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None without data.
+    """
+    cells = cells[cells["n"] > 0]
+    if cells.empty:
+        return None
+    panels = _panels(cells)
+    fig, axes = grid(len(panels))
+    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+        freezes = ordered(group["freeze_label"], FREEZE_ORDER)
+        heads = [h for h in palette.heads if h in set(group["head_label"])]
+        width = 0.8 / max(len(heads), 1)
+        for i, head in enumerate(heads):
+            rows = group[group["head_label"] == head].set_index("freeze_label")
+            xs, means, lows, highs = [], [], [], []
+            for j, freeze in enumerate(freezes):
+                if freeze not in rows.index:
+                    continue
+                r = rows.loc[freeze]
+                xs.append(j - 0.4 + width * (i + 0.5))
+                means.append(100 * r["mean"])
+                has_ci = np.isfinite(r["ci_low"])
+                lows.append(100 * (r["mean"] - r["ci_low"]) if has_ci else 0.0)
+                highs.append(100 * (r["ci_high"] - r["mean"]) if has_ci else 0.0)
+            ax.bar(
+                xs,
+                means,
+                width * 0.95,
+                color=palette.colour(head),
+                label=head,
+                yerr=[lows, highs],
+                capsize=2,
+                error_kw={"lw": 0.9},
+            )
+        baseline = group["baseline"].dropna()
+        if not baseline.empty:
+            ax.axhline(100 * baseline.mean(), color="#444", ls="--", lw=0.9)
+            ax.annotate(
+                "majority class",
+                (1, 100 * baseline.mean()),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color="#444",
+            )
+        ax.set_xticks(range(len(freezes)), freezes)
+        ax.set_xlabel("freezing strategy")
+        ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
+        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(group['n'])})")
+        ax.grid(axis="x", visible=False)
+    fig.suptitle("Main metric by head and freezing strategy: mean over seeds, 95% bootstrap CI")
+    _head_legend(fig, palette, [h for h in palette.heads if h in set(cells["head_label"])])
+    return fig
+
+
+def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Every seed of every cell as a point over a box; failed runs marked.
+
+    Args:
+        runs: :func:`bench.stats.run_values` output (main metric, dev).
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None without runs.
+    """
+    if runs.empty:
+        return None
+    panels = _panels(runs)
+    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
+    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+        settings = [
+            (h, f)
+            for f in ordered(group["freeze_label"], FREEZE_ORDER)
+            for h in palette.heads
+            if ((group["head_label"] == h) & (group["freeze_label"] == f)).any()
+        ]
+        values = group["value"].dropna()
+        floor = 100 * values.min() if not values.empty else 0.0
+        for x, (head, freeze) in enumerate(settings):
+            rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
+            rows = rows.sort_values("seed")
+            ok = rows["value"].dropna().to_numpy(dtype=float)
+            if ok.size > 1:
+                ax.boxplot(
+                    100 * ok,
+                    positions=[x],
+                    widths=0.5,
+                    showfliers=False,
+                    patch_artist=True,
+                    boxprops={"facecolor": "#eeeeee", "lw": 0.7},
+                    medianprops={"color": "#444"},
+                    whiskerprops={"lw": 0.7},
+                    capprops={"lw": 0.7},
+                )
+            offsets = np.linspace(-0.15, 0.15, len(rows)) if len(rows) > 1 else [0.0]
+            for dx, (_, r) in zip(offsets, rows.iterrows(), strict=True):
+                if np.isnan(r["value"]):  # errored / diverged: no value, drawn on the floor
+                    ax.plot(x + dx, floor, marker="v", color=FAILED_COLOUR, ms=7, clip_on=False)
+                elif r["failed"]:
+                    ax.plot(x + dx, 100 * r["value"], marker="X", color=FAILED_COLOUR, ms=7)
+                else:
+                    ax.plot(
+                        x + dx,
+                        100 * r["value"],
+                        marker=palette.marker(freeze),
+                        ms=5,
+                        color=palette.colour(head),
+                        markeredgecolor="white",
+                        mew=0.5,
+                    )
+        baseline = group["baseline"].dropna()
+        if not baseline.empty:
+            ax.axhline(100 * baseline.mean(), color="#444", ls="--", lw=0.9)
+        ax.set_xticks(range(len(settings)), [f"{h}\n{f}" for h, f in settings], fontsize=7)
+        ax.set_xlabel("head / freezing strategy")
+        ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
+        counts = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
+        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(counts)})")
+        ax.grid(axis="x", visible=False)
+    fig.suptitle(
+        "Every seed: points = runs; × = failed (at or below the majority baseline); "
+        "▼ = crashed or diverged (no score); dashed = majority class"
+    )
+    _head_legend(
+        fig,
+        palette,
+        [h for h in palette.heads if h in set(runs["head_label"])],
+        ordered(runs["freeze_label"], FREEZE_ORDER),
+    )
+    return fig
+
+
+def pareto_mask(cost: Sequence[float], score: Sequence[float]) -> np.ndarray:
+    """Points no other point beats on both axes (lower or equal cost, higher score)."""
+    c, s = np.asarray(cost, dtype=float), np.asarray(score, dtype=float)
+    mask = np.zeros(c.size, dtype=bool)
+    best = -np.inf
+    for i in np.lexsort((-s, c)):  # by cost, then by score descending
+        if np.isfinite(c[i]) and np.isfinite(s[i]) and s[i] > best:
+            mask[i] = True
+            best = s[i]
+    return mask
+
+
+COST_AXES = [
+    ("trainable_params", "trainable parameters (log scale)"),
+    ("train_time_s", "training time per run, s (log scale)"),
+]
+
+
+def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Score against trainable parameters and training time, Pareto front marked.
+
+    Args:
+        costs: One row per setting: task, encoder, head_label, freeze_label, metric,
+            mean, n, trainable_params, train_time_s, pareto_params, pareto_time.
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None without data.
+    """
+    costs = costs.dropna(subset=["mean"])
+    if costs.empty:
+        return None
+    panels = _panels(costs)
+    fig, axes = grid(2 * len(panels), columns=2, width=4.4, height=3.0)
+    for i, ((task, encoder), group) in enumerate(panels):
+        for j, (column, label) in enumerate(COST_AXES):
+            ax: Axes = axes[2 * i + j]
+            flag = "pareto_params" if column == "trainable_params" else "pareto_time"
+            for _, r in group.iterrows():
+                ax.plot(
+                    r[column],
+                    100 * r["mean"],
+                    marker=palette.marker(r["freeze_label"]),
+                    color=palette.colour(r["head_label"]),
+                    ms=7,
+                    ls="none",
+                    markeredgecolor="black" if r[flag] else "white",
+                    mew=1.2,
+                )
+            front = group[group[flag]].sort_values(column)
+            if len(front) > 0:
+                ax.step(
+                    front[column],
+                    100 * front["mean"],
+                    where="post",
+                    color="#444",
+                    lw=1,
+                    ls="--",
+                    label="Pareto front",
+                )
+            if (group[column] > 0).all():
+                ax.set_xscale("log")
+            ax.set_xlabel(label)
+            ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
+            ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(group['n'])})")
+    fig.suptitle("Cost vs score (mean over seeds); black outline + dashed step = Pareto front")
+    _head_legend(
+        fig,
+        palette,
+        [h for h in palette.heads if h in set(costs["head_label"])],
+        ordered(costs["freeze_label"], FREEZE_ORDER),
+    )
+    return fig
+
+
+def layer_bars(layers: pd.DataFrame, multi_encoder: bool) -> Figure | None:
+    """Score by layer choice (dev and test), with published reference numbers beside.
+
+    Args:
+        layers: One row per (task, encoder, group, layer choice, series): columns task,
+            encoder, group, choice, series (``dev``, ``test`` or a reference name),
+            value (×1, NaN if missing), err_low, err_high, metric, n.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None without layer choices.
+    """
+    if layers.empty:
+        return None
+    panels = [(keys, g) for keys, g in layers.groupby(["task", "encoder", "group"], sort=True)]
+    fig, axes = grid(len(panels), columns=1, width=8.0, height=3.2)
+    series_colours = ["#0072B2", "#56B4E9", "#999999", "#CCCCCC"]
+    for ax, ((task, encoder, group_name), group) in zip(axes, panels, strict=True):
+        choices = list(dict.fromkeys(group["choice"]))
+        series = list(dict.fromkeys(group["series"]))
+        width = 0.8 / len(series)
+        for i, name in enumerate(series):
+            rows = group[group["series"] == name].set_index("choice")
+            xs = [c for c in choices if c in rows.index and np.isfinite(rows.loc[c, "value"])]
+            pos = [choices.index(c) - 0.4 + width * (i + 0.5) for c in xs]
+            vals = [100 * rows.loc[c, "value"] for c in xs]
+            err = [
+                [100 * rows.loc[c, "err_low"] for c in xs],
+                [100 * rows.loc[c, "err_high"] for c in xs],
+            ]
+            ax.bar(
+                pos,
+                vals,
+                width * 0.95,
+                label=name,
+                color=series_colours[i % len(series_colours)],
+                yerr=np.nan_to_num(err),
+                capsize=2,
+                error_kw={"lw": 0.8},
+            )
+        ax.set_xticks(range(len(choices)), choices, fontsize=8)
+        ax.set_xlabel("layer choice")
+        ax.set_ylabel(metric_title(group["metric"].iloc[0]))
+        ours = group[group["series"].isin(["dev", "test"])]
+        ax.set_title(
+            f"{panel_title(task, encoder, multi_encoder)} · {group_name} "
+            f"({seeds_text(ours['n'].dropna())}); error bars: min–max over seeds"
+        )
+        ax.legend(loc="lower right")
+        ax.grid(axis="x", visible=False)
+    fig.suptitle("Score by layer choice: ours (dev, test) beside published numbers")
+    return fig
+
+
+def learning_curves(history: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Dev main metric per epoch: mean over seeds per setting, band = min–max over seeds.
+
+    Args:
+        history: Per-epoch rows of the main metric on dev (task, encoder, head_label,
+            freeze_label, seed, epoch, value, metric).
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None without history.
+    """
+    if history.empty:
+        return None
+    panels = _panels(history)
+    fig, axes = grid(len(panels))
+    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+        for (head, freeze), rows in group.groupby(["head_label", "freeze_label"], sort=True):
+            curve = rows.groupby("epoch")["value"].agg(["mean", "min", "max"]).sort_index()
+            epochs = curve.index.to_numpy(dtype=float) + 1  # epochs shown 1-based
+            colour = palette.colour(head)
+            ax.plot(
+                epochs,
+                100 * curve["mean"],
+                color=colour,
+                ls=palette.linestyle(freeze),
+                marker=palette.marker(freeze),
+                ms=4,
+            )
+            ax.fill_between(
+                epochs, 100 * curve["min"], 100 * curve["max"], color=colour, alpha=0.12, lw=0
+            )
+        seeds = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
+        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(seeds)})")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(
+        "Learning curves: dev main metric after each epoch (line = mean, band = min–max over seeds)"
+    )
+    _head_legend(
+        fig,
+        palette,
+        [h for h in palette.heads if h in set(history["head_label"])],
+        ordered(history["freeze_label"], FREEZE_ORDER),
+    )
+    return fig
+
+
+def compute_bars(times: pd.DataFrame, palette: Palette) -> Figure | None:
+    """Where the compute went: training minutes per task × freezing, stacked by head.
+
+    Args:
+        times: One row per run: task, encoder, head_label, freeze_label, train_time_s.
+        palette: Report palette.
+
+    Returns:
+        The figure, or None without times.
+    """
+    times = times.dropna(subset=["train_time_s"])
+    if times.empty:
+        return None
+    groups = sorted(
+        {
+            (t, e, f)
+            for t, e, f in zip(times["task"], times["encoder"], times["freeze_label"], strict=True)
+        }
+    )
+    labels = [
+        f"{task_title(t)}\n{f}" + (f"\n{e}" if times["encoder"].nunique() > 1 else "")
+        for t, e, f in groups
+    ]
+    fig = new_figure(max(5.0, 0.55 * len(groups) + 1.5), 3.4)
+    ax = fig.add_subplot()
+    bottom = np.zeros(len(groups))
+    for head in [h for h in palette.heads if h in set(times["head_label"])]:
+        rows = times[times["head_label"] == head]
+        minutes = np.array(
+            [
+                rows[(rows["task"] == t) & (rows["encoder"] == e) & (rows["freeze_label"] == f)][
+                    "train_time_s"
+                ].sum()
+                / 60
+                for t, e, f in groups
+            ]
+        )
+        ax.bar(range(len(groups)), minutes, bottom=bottom, color=palette.colour(head), label=head)
+        bottom += minutes
+    ax.set_xticks(range(len(groups)), labels, fontsize=7)
+    ax.set_ylabel("training time, all seeds (min)")
+    ax.set_xlabel("task / freezing strategy")
+    ax.set_title(
+        f"Compute per task and freezing strategy: {bottom.sum():.0f} min of training in all"
+    )
+    ax.grid(axis="x", visible=False)
+    ax.legend(loc="upper left")
+    return fig

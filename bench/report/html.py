@@ -1,0 +1,102 @@
+"""Small HTML builders for the report; every piece of text passes through :func:`esc`."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def esc(value: object) -> str:
+    """HTML-escape any value's text (quotes included: safe in attributes too)."""
+    return html.escape(str(value), quote=True)
+
+
+@dataclass
+class Section:
+    """One report section.
+
+    Attributes:
+        id: Anchor id (fixed by the report, never from data).
+        title: Heading text.
+        body: HTML fragment (already escaped).
+    """
+
+    id: str
+    title: str
+    body: str
+
+
+def paragraph(text: str, css: str = "") -> str:
+    """A ``<p>`` of escaped text."""
+    cls = f' class="{esc(css)}"' if css else ""
+    return f"<p{cls}>{esc(text)}</p>"
+
+
+def bullet_list(items: Sequence[str]) -> str:
+    """A ``<ul>`` of escaped items."""
+    return "<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>"
+
+
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    caption: str = "",
+    numeric: Sequence[int] = (),
+    row_classes: Sequence[str] | None = None,
+    css: str = "",
+) -> str:
+    """An HTML table of escaped cells, wrapped so that it scrolls on a narrow screen.
+
+    Args:
+        header: Column headers.
+        rows: Cell values (converted with ``str``).
+        caption: Caption text.
+        numeric: Indices of right-aligned columns.
+        row_classes: Optional CSS class per row (e.g. ``"failed"``).
+        css: CSS class of the table.
+
+    Returns:
+        The fragment.
+    """
+    right = set(numeric)
+    cls = f' class="{esc(css)}"' if css else ""
+    out = [f'<div class="scroll"><table{cls}>']
+    if caption:
+        out.append(f"<caption>{esc(caption)}</caption>")
+    out.append(
+        "<thead><tr>"
+        + "".join(
+            f'<th class="{"r" if i in right else "l"}">{esc(h)}</th>' for i, h in enumerate(header)
+        )
+        + "</tr></thead><tbody>"
+    )
+    for k, row in enumerate(rows):
+        row_cls = row_classes[k] if row_classes and row_classes[k] else ""
+        attr = f' class="{esc(row_cls)}"' if row_cls else ""
+        cells = "".join(
+            f'<td class="{"r" if i in right else "l"}">{esc(c)}</td>' for i, c in enumerate(row)
+        )
+        out.append(f"<tr{attr}>{cells}</tr>")
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
+def figure(uri: str, alt: str, caption: str) -> str:
+    """A ``<figure>`` with an embedded image (a ``data:`` URI) and its caption."""
+    if not uri.startswith("data:image/"):
+        raise ValueError("report figures must be embedded data: URIs")
+    return (
+        f'<figure><img src="{esc(uri)}" alt="{esc(alt)}">'
+        f"<figcaption>{esc(caption)}</figcaption></figure>"
+    )
+
+
+def details(summary: str, body: str) -> str:
+    """A collapsed ``<details>`` block (readable without JavaScript)."""
+    return f"<details><summary>{esc(summary)}</summary>{body}</details>"
+
+
+def pre(text: str) -> str:
+    """Preformatted escaped text."""
+    return f"<pre>{esc(text)}</pre>"

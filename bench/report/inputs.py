@@ -1,0 +1,94 @@
+"""Everything a report reads: the tidy table, per-epoch history, per-cell provenance.
+
+A report is built from a results directory written by :mod:`bench.collect`
+(``results.parquet``/``.csv`` + ``history.csv``, ``cells.json``, ``launches.jsonl``) or
+straight from a multirun directory of ``result.json`` files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from bench import stats
+from bench.collect import read_history, read_results, read_table, tidy
+from bench.references import load_references
+from bench.run_records import (
+    HISTORY_COLUMNS,
+    history_table,
+    last_launch,
+    provenance_records,
+    read_launch_log,
+)
+
+
+@dataclass
+class ReportInputs:
+    """The data behind one report.
+
+    Attributes:
+        source: Where it came from (shown in the provenance section).
+        table: Normalised tidy results table (one row per cell × split × metric).
+        history: Per-epoch metrics (:data:`bench.run_records.HISTORY_COLUMNS`).
+        cells: Per-cell provenance records.
+        launch: Summary of the newest launch (command, time, cells skipped).
+        problems: Result files that could not be read.
+        refs: Published reference numbers.
+    """
+
+    source: str
+    table: pd.DataFrame
+    history: pd.DataFrame
+    cells: list[dict[str, Any]]
+    launch: dict[str, Any]
+    problems: list[str] = field(default_factory=list)
+    refs: pd.DataFrame = field(default_factory=load_references)
+
+
+def load_inputs(path: str | Path) -> ReportInputs:
+    """Load a results directory (or table file) or a multirun directory.
+
+    Args:
+        path: ``results/<name>`` (or its ``results.parquet``/``.csv``), or a sweep
+            directory holding ``result.json`` files.
+
+    Returns:
+        The report inputs.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist or holds neither a results table
+            nor any result file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no results or runs at {path}")
+    folder = path.parent if path.is_file() else path
+    has_table = path.is_file() or any(
+        (path / name).is_file() for name in ("results.parquet", "results.csv")
+    )
+    if has_table:
+        cells_file = folder / "cells.json"
+        cells = json.loads(cells_file.read_text(encoding="utf-8")) if cells_file.is_file() else []
+        return ReportInputs(
+            source=str(path),
+            table=stats.normalize_table(read_table(path)),
+            history=read_history(folder),
+            cells=cells,
+            launch=last_launch(read_launch_log([folder])),
+        )
+    results, problems = read_results([path])
+    if not results and not problems:
+        raise FileNotFoundError(f"{path} holds no results table and no result.json files")
+    history = history_table(results) if results else pd.DataFrame(columns=HISTORY_COLUMNS)
+    return ReportInputs(
+        source=str(path),
+        table=stats.normalize_table(tidy(results)),
+        history=history,
+        cells=provenance_records(results),
+        launch=last_launch(read_launch_log([path])),
+        problems=problems,
+    )

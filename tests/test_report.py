@@ -1,0 +1,305 @@
+"""The HTML report: sections, numbers, figures, escaping, self-containment (parsed, not grepped)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import numpy as np
+import pytest
+from bs4 import BeautifulSoup
+from scipy.stats import wilcoxon
+
+from bench.collect import collect
+from bench.report import build_report
+from bench.run_records import log_launch_event
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIL = "<script>alert(1)</script>"
+SECTIONS = ["headline", "heads-freezing", "seed-spread", "cost", "layers", "curves", "provenance"]
+SST2_BASELINE = 0.509
+# sst2 dev accuracy per (head label, freeze) and seed 1..3; None = the run crashed/diverged.
+SST2 = {
+    ("linear", "frozen"): [0.70, 0.72, 0.74],
+    ("bilstm", "frozen"): [0.80, 0.83, 0.86],
+    (EVIL, "frozen"): [0.60, 0.61, 0.62],
+    ("linear", "full"): [0.85, 0.86, 0.87],
+    ("bilstm", "full"): [0.86, 0.88, 0.90],
+    (EVIL, "full"): [None, None, 0.50],  # seed 1 failed, seed 2 diverged, seed 3 at baseline
+}
+# conll2003 (dev, test) entity F1 per layer choice, seeds 1..2; finetune = linear, full.
+CONLL = {
+    ("bilstm", "frozen", "last"): [(0.80, 0.78), (0.82, 0.79)],
+    ("bilstm", "frozen", "concat_last4"): [(0.86, 0.84), (0.88, 0.85)],
+    ("linear", "full", None): [(0.90, 0.88), (0.91, 0.89)],
+}
+TRAIN_S = 10.0  # every synthetic run "trained" for 10 s (+ seed)
+
+
+def _result(task, head_label, freeze, seed, best, status="ok", layers=None, reason=None):
+    head = "linear" if head_label in ("linear", EVIL) else "bilstm"
+    main = "accuracy" if task == "sst2" else "f1"
+    dev = (best or {}).get("dev", {}).get(main)
+    history = []
+    if dev is not None:  # two epochs, the second is the best
+        history = [
+            {"epoch": 0, "step": 10, "dev": {main: dev - 0.05}, "train_loss": 0.7},
+            {"epoch": 1, "step": 20, "dev": {main: dev}, "train_loss": 0.5},
+        ]
+    baseline = (
+        {"dev": {"metrics": {"accuracy": SST2_BASELINE}}}
+        if task == "sst2"
+        else {split: {"metrics": {"f1": 0.0}} for split in ("dev", "test")}
+    )
+    return {
+        "schema": 2,
+        "cell": {
+            "task": task,
+            "encoder": "tiny_bert",
+            "head": head,
+            "head_label": head_label,
+            "layers": layers,
+            "freeze": freeze,
+            "freeze_label": freeze,
+            "seed": seed,
+        },
+        "status": status,
+        "reason": reason,
+        "main_metric": main,
+        "config_hash": f"hash-{task}-{head_label}-{freeze}-{layers}-{seed}",
+        "config": {
+            "task": {"name": task},
+            "head": {"name": head, "label": head_label},
+            "freeze": {"name": freeze},
+            "seed": seed,
+            "optim": {"head_lr": 0.001},
+        },
+        "history": history,
+        "best": {"epoch": 1, "metrics": best} if best else None,
+        "baseline": baseline,
+        "params": {"trainable": 1000 if freeze == "frozen" else 50_000},
+        "train_time_s": TRAIN_S + seed,
+        "wall_time_s": TRAIN_S + seed + 1,
+        "finished_at": f"2026-11-21T10:00:0{seed}.000000Z",
+        "git": {"commit": "abc123", "dirty": False},
+        "versions": {"torch": "2.13.0+cpu", "headbench": None},
+        "hardware": {"cpu_count": 2, "gpu": None},
+    }
+
+
+def write_synthetic_sweep(sweep: Path) -> list[dict]:
+    """Result files of a small sweep (as train.run writes them) and a launch log."""
+    log_launch_event(sweep, "launch", command="python -m bench -m task=sst2,conll2003 seed=1,2,3")
+    results = []
+    for (head, freeze), values in SST2.items():
+        for seed, value in enumerate(values, start=1):
+            if value is None:
+                status = "failed" if seed == 1 else "diverged"
+                reason = "RuntimeError: boom" if seed == 1 else "non-finite loss at step 3"
+                results.append(_result("sst2", head, freeze, seed, None, status, reason=reason))
+            else:
+                results.append(_result("sst2", head, freeze, seed, {"dev": {"accuracy": value}}))
+    for (head, freeze, layers), values in CONLL.items():
+        for seed, (dev, test) in enumerate(values, start=1):
+            label = f"{head}-{layers}" if layers else head
+            best = {"dev": {"f1": dev}, "test": {"f1": test}}
+            results.append(_result("conll2003", label, freeze, seed, best, layers=layers))
+    for i, res in enumerate(results):
+        c = res["cell"]
+        run_dir = sweep / c["task"] / f"cell{i}" / f"seed={c['seed']}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "result.json").write_text(json.dumps(res))
+    log_launch_event(sweep, "skip", cell_path="sst2/x/frozen/seed=1", state="done")
+    return results
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    write_synthetic_sweep(root / "runs")
+    collect([root / "runs"], root / "results")
+    out = build_report(root / "results", root / "reports" / "synthetic.html")
+    return out, BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
+
+
+def _section(soup, sid):
+    section = soup.find("section", id=sid)
+    assert section is not None, sid
+    return section
+
+
+def _table_rows(table):
+    return [
+        [td.get_text() for td in tr.find_all("td")] for tr in table.find("tbody").find_all("tr")
+    ]
+
+
+def _table_with(section, *headers):
+    for table in section.find_all("table"):
+        found = [th.get_text() for th in table.find("thead").find_all("th")]
+        if all(h in found for h in headers):
+            return found, _table_rows(table)
+    raise AssertionError(f"no table with {headers}")
+
+
+def test_every_section_is_there_with_an_embedded_svg_figure(report):
+    _, soup = report
+    assert [s["id"] for s in soup.find_all("section")] == SECTIONS
+    for sid in SECTIONS:
+        images = _section(soup, sid).select("figure > img")
+        assert images, f"section {sid} has no figure"
+        for img in images:
+            prefix = "data:image/svg+xml;base64,"
+            assert img["src"].startswith(prefix) and img["alt"]
+            svg = ElementTree.fromstring(base64.b64decode(img["src"][len(prefix) :]))
+            assert svg.tag.endswith("svg")
+            assert not [e for e in svg.iter() if e.tag.endswith("script")]
+
+
+def test_the_page_is_self_contained_and_written_atomically(report):
+    path, soup = report
+    assert not soup.find_all("script") and not soup.find_all("link") and not soup.find_all("iframe")
+    sources = [t.get("src") for t in soup.find_all(src=True)]
+    assert sources and all(s.startswith("data:") for s in sources)
+    assert not [t for t in soup.find_all(href=True) if not t["href"].startswith("#")]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["synthetic.html"]  # no temp file left
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by others, like any report
+
+
+def test_headline_numbers_match_an_independent_computation(report):
+    _, soup = report
+    header, rows = _table_with(_section(soup, "headline"), "Winner", "Runner-up", "p (Holm)")
+    by_setting = {(r[0], r[2]): dict(zip(header, r, strict=True)) for r in rows}
+    frozen = by_setting[("SST-2", "frozen")]
+    bilstm, linear = SST2[("bilstm", "frozen")], SST2[("linear", "frozen")]
+    diffs = np.subtract(bilstm, linear)
+    p = wilcoxon(diffs).pvalue  # 3 positive pairs: exact two-sided p = 0.25
+    assert frozen["Winner"] == "bilstm" and frozen["Runner-up"] == "linear"
+    assert frozen["Winner mean"] == f"{100 * np.mean(bilstm):.1f}"
+    assert frozen["Margin"] == f"{100 * diffs.mean():.1f}"
+    assert frozen["p"] == f"{p:.2g}"
+    # Holm over the 3 head pairs of sst2/frozen, each p = 0.25: min(1, 3 × 0.25)
+    assert frozen["p (Holm)"] == f"{min(1.0, 3 * p):.2g}" and frozen["Significant"] == "no"
+    full = by_setting[("SST-2", "full")]
+    assert (full["Winner"], full["Runner-up"], full["Margin"]) == ("bilstm", "linear", "2.0")
+    conll = by_setting[("CoNLL-2003", "frozen")]
+    assert conll["Winner"] == "bilstm-concat_last4" and conll["Winner mean"] == "87.0"
+    sentences = [li.get_text() for li in _section(soup, "headline").find_all("li")]
+    assert any(
+        s.startswith("SST-2, frozen: bilstm beats linear by 11.0 acc points") for s in sentences
+    )
+
+
+def test_seed_spread_counts_failed_runs_per_cell(report):
+    _, soup = report
+    header, rows = _table_with(_section(soup, "seed-spread"), "Failed", "Why")
+    evil = [dict(zip(header, r, strict=True)) for r in rows if r[2] == EVIL and r[3] == "full"]
+    assert len(evil) == 1
+    assert evil[0]["Runs"] == "3" and evil[0]["Failed"] == "3"
+    assert set(evil[0]["Why"].split(", ")) == {"1 failed", "1 diverged", "1 at or below baseline"}
+    ok = [dict(zip(header, r, strict=True)) for r in rows if r[2] == "bilstm" and r[3] == "frozen"]
+    assert ok[0]["Failed"] == "0" and ok[0]["Per seed"] == "80.0 83.0 86.0"
+
+
+def test_cost_section_marks_the_pareto_front(report):
+    _, soup = report
+    _, rows = _table_with(_section(soup, "cost"), "Pareto-optimal in")
+    front = {(r[0], r[2], r[3]): r[-1] for r in rows}
+    # sst2: bilstm/frozen (1,000 params) and bilstm/full (best score) are on the front;
+    # linear/frozen is dominated by bilstm/frozen (same cost, higher score).
+    assert "parameters" in front[("SST-2", "bilstm", "frozen")]
+    assert "parameters" in front[("SST-2", "bilstm", "full")]
+    assert ("SST-2", "linear", "frozen") not in front
+
+
+def test_layer_section_shows_our_choices_beside_the_paper(report):
+    _, soup = report
+    section = _section(soup, "layers")
+    _, rows = _table_with(section, "Layers", "Series")
+    ours = {(r[3], r[4]): r[5] for r in rows}
+    assert ours[("concat_last4", "ours, dev")] == "87.0"
+    assert ours[("concat_last4", "ours, test")] == "84.5"
+    assert ours[("finetune", "ours, dev")] == "90.5"
+    t7_header, t7_rows = _table_with(section, "Paper row", "Dev F1 (BERT-base)")
+    paper = {r[0]: r[t7_header.index("Dev F1 (BERT-base)")] for r in t7_rows}
+    assert paper["concat_last4"] == "96.1" and paper["last"] == "94.9"
+
+
+def test_learning_curves_table_has_the_per_epoch_means(report):
+    _, soup = report
+    header, rows = _table_with(_section(soup, "curves"), "Epoch 1", "Epoch 2")
+    row = next(
+        dict(zip(header, r, strict=True)) for r in rows if r[2] == "bilstm" and r[3] == "frozen"
+    )
+    assert row["Epoch 1"] == "78.0" and row["Epoch 2"] == "83.0" and row["Seeds"] == "3"
+
+
+def test_provenance_counts_statuses_and_names_the_command(report):
+    _, soup = report
+    section = _section(soup, "provenance")
+    _, status = _table_with(section, "Status", "Cells")
+    counts = {r[0]: int(r[1]) for r in status}
+    n_ok = sum(v is not None for v in np.concatenate(list(SST2.values()))) + 6
+    assert counts["ok"] == n_ok and counts["failed"] == 1 and counts["diverged"] == 1
+    assert counts["skipped (last launch)"] == 1
+    _, facts = _table_with(section, "", "")
+    facts = dict(facts)
+    assert facts["Command (newest launch)"] == "python -m bench -m task=sst2,conll2003 seed=1,2,3"
+    seeds = [
+        s
+        for values in list(SST2.values()) + list(CONLL.values())
+        for s in range(1, len(values) + 1)
+    ]
+    minutes = sum(TRAIN_S + s for s in seeds) / 60
+    assert facts["Training time, all cells"].startswith(f"{minutes:.1f} min")
+    assert section.find("details") is not None  # per-cell configs, collapsed
+
+
+def test_labels_with_markup_are_text_never_markup(report):
+    path, soup = report
+    assert not soup.find_all("script")
+    cells = [td.get_text() for td in soup.find_all("td")]
+    assert EVIL in cells  # shown literally in the tables
+    assert EVIL not in path.read_text(encoding="utf-8")  # only ever in escaped form
+
+
+def test_a_multirun_directory_gives_the_same_headline_as_its_results(report, tmp_path):
+    write_synthetic_sweep(tmp_path / "runs")
+    out = build_report(tmp_path / "runs", tmp_path / "direct.html")
+    direct = BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
+    _, soup = report
+    assert _table_with(_section(direct, "headline"), "Winner") == _table_with(
+        _section(soup, "headline"), "Winner"
+    )
+
+
+def test_cli_writes_the_report_and_names_a_missing_source(tmp_path):
+    write_synthetic_sweep(tmp_path / "runs")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "r.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report", str(tmp_path / "runs"), "-o", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.is_file() and f"wrote {out}" in proc.stdout
+    missing = tmp_path / "nowhere"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.report", str(missing)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and str(missing) in proc.stderr
