@@ -12,7 +12,7 @@ Conventions (the README's "Statistics and tables" section explains them for user
   of constant predictions), or when its value is at or below the majority-class baseline
   of the same metric and split. Correlation-type metrics (Pearson, Spearman, Matthews)
   have no usable constant-predictor baseline (the correlation of a constant is undefined;
-  torchmetrics reports 0 for MCC), so there the threshold is 0: a run that does not beat
+  MCC is defined as 0 there, as in scikit-learn), so the threshold is 0: a run that does not beat
   "no correlation" failed. For any other metric without a baseline the rule is not
   applicable and only the status counts.
 * ``mean``/``std``/``median``/``min``/``max`` and the CI use every run that has a value,

@@ -68,7 +68,7 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     rows = headlines.dropna(subset=["margin"]).reset_index(drop=True)
     if rows.empty:
         return None
-    fig = new_figure(7.5, 0.8 + 0.32 * len(rows))
+    fig = new_figure(7.5, 1.8 + 0.32 * len(rows))
     ax = fig.add_subplot()
     y = np.arange(len(rows))[::-1]
     for yi, (_, r) in zip(y, rows.iterrows(), strict=True):
@@ -92,7 +92,7 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     ax.set_yticks(y, labels)
     ax.axvline(0, color="#444", lw=0.8)
     ax.set_xlabel("margin over the runner-up (main metric, points ×100)")
-    ax.set_title(
+    fig.suptitle(
         f"Best head's margin, dev, paired over seeds ({seeds_text(rows['n_pairs'])})\n"
         "filled = significant after Holm correction; hollow = not"
     )
@@ -334,7 +334,7 @@ def layer_bars(layers: pd.DataFrame, multi_encoder: bool) -> Figure | None:
     if layers.empty:
         return None
     panels = [(keys, g) for keys, g in layers.groupby(["task", "encoder", "group"], sort=True)]
-    fig, axes = grid(len(panels), columns=1, width=8.0, height=3.2)
+    fig, axes = grid(len(panels), columns=1, width=10.0, height=3.4)
     series_colours = ["#0072B2", "#56B4E9", "#999999", "#CCCCCC"]
     for ax, ((task, encoder, group_name), group) in zip(axes, panels, strict=True):
         choices = list(dict.fromkeys(group["choice"]))
@@ -362,12 +362,12 @@ def layer_bars(layers: pd.DataFrame, multi_encoder: bool) -> Figure | None:
         ax.set_xticks(range(len(choices)), choices, fontsize=8)
         ax.set_xlabel("layer choice")
         ax.set_ylabel(metric_title(group["metric"].iloc[0]))
-        ours = group[group["series"].isin(["dev", "test"])]
+        ours = group[group["series"].str.startswith("ours")]
         ax.set_title(
             f"{panel_title(task, encoder, multi_encoder)} · {group_name} "
             f"({seeds_text(ours['n'].dropna())}); error bars: min–max over seeds"
         )
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(axis="x", visible=False)
     fig.suptitle("Score by layer choice: ours (dev, test) beside published numbers")
     return fig

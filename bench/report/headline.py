@@ -109,8 +109,15 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     where = task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else "")
     where += f", {r['freeze_label']}"
     unit = short_metric(r["metric"])
-    if r["runner_up"] is None or pd.isna(r["margin"]):
+    if not isinstance(r["runner_up"], str):
         return f"{where}: {r['winner']} scores {points(r['winner_mean'])} {unit} ({r['reason']})."
+    if pd.isna(r["margin"]) or r["n_pairs"] < 2:
+        gap = r["winner_mean"] - r["runner_mean"]
+        return (
+            f"{where}: {r['winner']} is ahead of {r['runner_up']} by {points(gap)} {unit} points "
+            f"on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too few for a "
+            "CI or a test."
+        )
     text = (
         f"{where}: {r['winner']} beats {r['runner_up']} by {points(r['margin'])} {unit} points "
         f"(95% CI {points(r['ci_low'])} to {points(r['ci_high'])}, "
@@ -150,8 +157,8 @@ def at_a_glance(frame: pd.DataFrame) -> str:
     return text
 
 
-def wins_table(frame: pd.DataFrame, heads: list[str]) -> str:
-    """Per head: settings won, won significantly, and its mean rank-1 margin."""
+def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> str:
+    """Per head: settings won, won significantly, settings it ran in, mean winning margin."""
     rows = []
     for head in heads:
         won = frame[frame["winner"] == head]
@@ -160,12 +167,12 @@ def wins_table(frame: pd.DataFrame, heads: list[str]) -> str:
                 head,
                 len(won),
                 int(won["significant"].sum()),
-                len(frame),
+                ran.get(head, 0),
                 points(won["margin"].mean()) if won["margin"].notna().any() else "",
             ]
         )
     return table(
-        ["Head", "Settings won", "Won significantly", "Settings", "Mean margin (points)"],
+        ["Head", "Settings won", "Won significantly", "Settings it ran in", "Mean margin (points)"],
         rows,
         caption="How often each head is the best (by mean over seeds) in a task × encoder × "
         "freezing setting.",
@@ -188,7 +195,11 @@ def headline_section(ctx: ReportContext) -> Section:
             "differences, 95% bootstrap CI), and a two-sided Wilcoxon signed-rank test paired by "
             f"seed, Holm-corrected over all head pairs of the setting (α = {ALPHA})."
         ),
-        wins_table(frame, [h for h in ctx.palette.heads if h in set(ctx.cells["head_label"])]),
+        wins_table(
+            frame,
+            [h for h in ctx.palette.heads if h in set(ctx.cells["head_label"])],
+            ctx.cells[ctx.cells["n"] > 0].groupby("head_label").size().to_dict(),
+        ),
         bullet_list([headline_sentence(r, ctx.multi_encoder) for _, r in frame.iterrows()]),
     ]
     rows = [

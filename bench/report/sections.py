@@ -12,7 +12,7 @@ from bench.report import figures
 from bench.report.context import ReportContext, points, short_metric
 from bench.report.html import Section, esc, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
-from bench.tables import GLUE_COLUMNS, TABLE7_TASK, build
+from bench.tables import GLUE_COLUMNS, TABLE7_ROWS, TABLE7_TASK, build
 
 GLUE_TASKS = {task for task, _, _ in GLUE_COLUMNS}
 
@@ -224,9 +224,15 @@ def layer_frame(ctx: ReportContext) -> pd.DataFrame:
             & (dev["head"] == "linear")
         ]
         members = [("finetune", r) for _, r in fine.iterrows()][:1]
-        members += [
-            (str(r["layers"]), r) for _, r in group.sort_values("layers", kind="stable").iterrows()
-        ]
+        paper_order = [name for name, _ in TABLE7_ROWS]
+        layer_rows = sorted(
+            ((str(r["layers"]), r) for _, r in group.iterrows()),
+            key=lambda item: (
+                paper_order.index(item[0]) if item[0] in paper_order else len(paper_order),
+                item[0],
+            ),
+        )
+        members += layer_rows
         for choice, r in members:
             for split in splits:
                 s = per_split[split]
