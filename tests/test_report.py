@@ -303,3 +303,17 @@ def test_cli_writes_the_report_and_names_a_missing_source(tmp_path):
         timeout=300,
     )
     assert proc.returncode != 0 and str(missing) in proc.stderr
+
+
+def test_a_sweep_without_launch_log_takes_its_command_from_hydras_multirun_yaml(tmp_path):
+    from omegaconf import OmegaConf
+
+    from bench.run_records import last_launch, read_launch_log
+
+    sweep = tmp_path / "old_sweep"
+    sweep.mkdir()
+    overrides = ["experiment=cpu_heads", "task=cola", "head.label=a b"]
+    OmegaConf.save({"hydra": {"overrides": {"task": overrides}}}, sweep / "multirun.yaml")
+    launch = last_launch(read_launch_log([sweep]))
+    assert launch["command"] == "python -m bench -m experiment=cpu_heads task=cola 'head.label=a b'"
+    assert launch["launches"] == 1 and launch["skipped"] == 0

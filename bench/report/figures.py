@@ -26,7 +26,7 @@ from bench.report.style import (
     seeds_text,
     task_title,
 )
-from bench.tables import FREEZE_ORDER
+from bench.tables import FREEZE_ORDER, METRIC_NAMES
 
 PANEL_KEYS = ["task", "encoder"]
 
@@ -34,6 +34,13 @@ PANEL_KEYS = ["task", "encoder"]
 def panel_title(task: str, encoder: str, multi_encoder: bool) -> str:
     """``SST-2`` or ``SST-2 · minilm`` when the report has several encoders."""
     return f"{task_title(task)} · {encoder}" if multi_encoder else task_title(task)
+
+
+def heading(task: str, encoder: str, multi_encoder: bool, group: pd.DataFrame, seeds: str) -> str:
+    """Panel title: task (and encoder), the metric's name and the number of seeds."""
+    metric = str(group["metric"].iloc[0]) if "metric" in group and len(group) else ""
+    name = METRIC_NAMES.get(metric, metric)
+    return f"{panel_title(task, encoder, multi_encoder)} — {name}, {seeds}"
 
 
 def _panels(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
@@ -158,7 +165,7 @@ def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         ax.set_xticks(range(len(freezes)), freezes)
         ax.set_xlabel("freezing strategy")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(group['n'])})")
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"])))
         ax.grid(axis="x", visible=False)
     fig.suptitle("Main metric by head and freezing strategy: mean over seeds, 95% bootstrap CI")
     _head_legend(fig, palette, [h for h in palette.heads if h in set(cells["head_label"])])
@@ -228,7 +235,7 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         ax.set_xlabel("head / freezing strategy")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
         counts = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
-        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(counts)})")
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(counts)))
         ax.grid(axis="x", visible=False)
     fig.suptitle(
         "Every seed: points = runs; × = failed (at or below the majority baseline); "
@@ -308,7 +315,7 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
                 ax.set_xscale("log")
             ax.set_xlabel(label)
             ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-            ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(group['n'])})")
+            ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"])))
     fig.suptitle("Cost vs score (mean over seeds); black outline + dashed step = Pareto front")
     _head_legend(
         fig,
@@ -363,10 +370,8 @@ def layer_bars(layers: pd.DataFrame, multi_encoder: bool) -> Figure | None:
         ax.set_xlabel("layer choice")
         ax.set_ylabel(metric_title(group["metric"].iloc[0]))
         ours = group[group["series"].str.startswith("ours")]
-        ax.set_title(
-            f"{panel_title(task, encoder, multi_encoder)} · {group_name} "
-            f"({seeds_text(ours['n'].dropna())}); error bars: min–max over seeds"
-        )
+        title = heading(task, encoder, multi_encoder, group, seeds_text(ours["n"].dropna()))
+        ax.set_title(f"{title} · {group_name}; error bars: min–max over seeds")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(axis="x", visible=False)
     fig.suptitle("Score by layer choice: ours (dev, test) beside published numbers")
@@ -408,7 +413,7 @@ def learning_curves(history: pd.DataFrame, palette: Palette, multi_encoder: bool
         seeds = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-        ax.set_title(f"{panel_title(task, encoder, multi_encoder)} ({seeds_text(seeds)})")
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(seeds)))
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(
         "Learning curves: dev main metric after each epoch (line = mean, band = min–max over seeds)"

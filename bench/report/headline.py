@@ -127,10 +127,8 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     if r["significant"]:
         return text + f": significant at α = {ALPHA}."
     if pd.notna(r["p_min"]) and r["p_min"] >= ALPHA:
-        return (
-            text + f": not significant — with {r['n_pairs']} seeds the exact test cannot go "
-            f"below p = {pvalue(r['p_min'])}; more seeds are needed to separate them."
-        )
+        floor = pvalue(r["p_min"])
+        return text + f": not significant (the smallest p {r['n_pairs']} seeds allow is {floor})."
     if r["reason"]:
         return text + f": no test ({r['reason']})."
     return text + ": not significant."

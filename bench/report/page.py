@@ -46,5 +46,5 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
         f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head><body>\n"
         f"<header><h1>{esc(title)}</h1><p>{esc(subtitle)}</p>"
         f'<p class="note">Generated {esc(utc_now())} by python -m bench.report.</p></header>\n'
-        f"<nav><ol>{nav}</ol></nav>\n{body}\n</body></html>\n"
+        f"<nav><ul>{nav}</ul></nav>\n{body}\n</body></html>\n"
     )
