@@ -8,6 +8,8 @@ so a shifted column can never turn silently into wrong science.
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +129,12 @@ def _parse_label(
     raw = raw.strip()
     if spec.is_regression:
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
             raise DataError(f"{path}:{number}: score {raw!r} is not a number") from None
+        if not math.isfinite(score):  # float() accepts "nan" and "inf": never a label
+            raise DataError(f"{path}:{number}: score {raw!r} is not a finite number")
+        return score
     name = spec.tsv_label_map.get(raw, raw)
     if name not in label_ids:
         valid = sorted(set(spec.tsv_label_map) | set(spec.label_names))
