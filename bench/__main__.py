@@ -80,12 +80,25 @@ def _normalise(arg: str) -> str:
     return arg[1:] if arg.startswith("+experiment=") else arg
 
 
+def _preflight(args: list[str]) -> None:
+    """A single run with a bad config exits with status 2 before Hydra writes anything."""
+    if any(a in _MULTIRUN_FLAGS for a in args) or any(a.startswith("-") for a in args):
+        return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
+    from bench.preflight import check_command
+
+    message = check_command(config_dir(), args)
+    if message:
+        print(message, file=sys.stderr)
+        sys.exit(2)
+
+
 def main() -> None:
     """Entry point of ``python -m bench`` and the ``headbench`` script."""
     sys.argv[1:] = [_normalise(a) for a in sys.argv[1:]]
     if "--dry-run" in sys.argv[1:]:
         _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
         return
+    _preflight(sys.argv[1:])
     _hydra_main()
 
 

@@ -104,6 +104,11 @@ def resolve_source(source: str) -> str:
     return source
 
 
+# Any one of these makes a directory's tokenizer loadable (fast, WordPiece, BPE, SentencePiece).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "tokenizer.model", "spm.model")  # fmt: skip
+
+
 def _tokenizer_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return {
         "revision": cfg.get("revision") or None,
@@ -126,6 +131,13 @@ def load_tokenizer(cfg: dict[str, Any]) -> Any:
     from transformers import AutoTokenizer
 
     path = resolve_source(cfg["source"])
+    local = Path(path)
+    if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
+        # transformers 5 would build an empty tokenizer (every word [UNK]) without a word.
+        raise EncoderError(
+            f"encoder {cfg['name']!r}: cannot load tokenizer from {path}: no tokenizer files "
+            f"(looked for {', '.join(TOKENIZER_FILES)})"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, **_tokenizer_kwargs(cfg))
     except (OSError, ValueError) as err:

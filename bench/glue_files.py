@@ -9,7 +9,6 @@ so a shifted column can never turn silently into wrong science.
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 from typing import Any
 

@@ -62,7 +62,8 @@ def _run_dir(cfg: DictConfig, multirun: bool) -> Path:
         return Path(str(cfg.runs_dir)) / cell_path(cfg)
 
 
-def _hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
+def hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
+    """Hydra's compose context for ``config_dir``; a no-op inside a running Hydra app."""
     if GlobalHydra.instance().is_initialized():  # inside a running app (a sweep callback)
         return nullcontext()
     return initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
@@ -80,7 +81,7 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
         One :class:`PlannedCell` per job, in launch order.
     """
     cells = []
-    with _hydra_context(config_dir):
+    with hydra_context(config_dir):
         hydra = GlobalHydra.instance().hydra
         assert hydra is not None
         # As Hydra decides: `-m`, or `hydra.mode: MULTIRUN` in the composed config.

@@ -30,8 +30,8 @@ CELL_COLUMNS = [
 HISTORY_COLUMNS = [*CELL_COLUMNS, "epoch", "step", "split", "metric", "value", "train_loss"]
 LAUNCH_LOG = "launches.jsonl"
 PROVENANCE_KEYS = (
-    "status", "reason", "config_hash", "main_metric", "config", "git", "versions", "hardware",
-    "train_time_s", "wall_time_s", "finished_at", "params", "peak_memory", "run_dir",
+    "status", "reason", "degenerate", "config_hash", "main_metric", "config", "git", "versions",
+    "hardware", "train_time_s", "wall_time_s", "finished_at", "params", "peak_memory", "run_dir",
 )  # fmt: skip
 
 

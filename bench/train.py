@@ -24,9 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from bench import provenance
 from bench.atomic import atomic_write, atomic_write_json
 from bench.collect import RESULT_FILE
-from bench.errors import ConfigError, DivergedError
+from bench.degenerate import prediction_summary
+from bench.errors import DivergedError
 from bench.heads.layers import describe_layers
 from bench.metrics import majority_baseline
+from bench.preflight import check_cell, check_max_length
 from bench.tasks import get_task
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,6 @@ _HASHED_KEYS = (
     "trainer",
 )
 _UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
-_ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:
@@ -110,15 +111,6 @@ def _loggers(run_dir: Path) -> list[Any]:
     return loggers
 
 
-def _check_max_length(max_length: int, info: Any) -> None:
-    limit = info.max_positions - (2 if info.model_type in _ROBERTA_LIKE else 0)
-    if max_length > limit:
-        raise ConfigError(
-            f"data.max_length={max_length} exceeds encoder {info.name!r}'s position limit "
-            f"{limit}; valid values: 1..{limit}"
-        )
-
-
 def _write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
     for split, cols in predictions.items():
 
@@ -166,7 +158,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         optim=plain["optim"],
         dev_names=datamodule.dev_names,
     )
-    _check_max_length(int(cfg.data.max_length), module.encoder_info)
+    info = module.encoder_info
+    check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
     result["encoder_info"] = module.encoder_info.to_dict()
     result["params"] = module.parameter_counts()
     result["learning_rates"] = {"encoder": plain["optim"]["encoder_lr"], "head": module.head_lr}
@@ -203,6 +196,12 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         result["history"] = module.history
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
+    summary = prediction_summary(spec, module.best["predictions"])
+    result["predictions_summary"] = summary
+    result["degenerate"] = summary["degenerate"]
+    if summary["degenerate"]:
+        log.warning("cell %s is degenerate: one prediction for all of %s: %s",
+                    cell_path(cfg), summary["split"], summary)  # fmt: skip
     if token_task:
         assert isinstance(datamodule, TokenDataModule)
         write_word_predictions(
@@ -237,6 +236,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     try:
+        check_cell(cfg)  # a bad value fails here with a clear message, before any loading
         _train(cfg, run_dir, result)
         result["status"] = "ok"
     except DivergedError as err:

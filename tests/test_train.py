@@ -13,6 +13,7 @@ from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score, f1_score
 
 from bench.run_records import read_launch_log
+from bench.tasks import get_task
 from bench.train import cell_path, run
 from conftest import ROOT
 
@@ -53,6 +54,11 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
     acc = accuracy_score([int(r["label"]) for r in rows], [int(r["pred"]) for r in rows])
     assert acc == pytest.approx(on_disk["best"]["metrics"]["dev"]["accuracy"], abs=1e-6)
     assert (tmp_path / "logs" / "metrics.csv").is_file()  # CSV logger curves
+    # The prediction histogram of the best epoch, and the "one class for all" flag.
+    names = get_task("sst2").label_names
+    histogram = {n: sum(int(r["pred"]) == i for r in rows) for i, n in enumerate(names)}
+    assert on_disk["predictions_summary"]["histogram"] == histogram
+    assert on_disk["degenerate"] is (min(histogram.values()) == 0)
 
 
 def test_pair_classification_and_regression_cells(compose_cfg, data_dir, tmp_path):

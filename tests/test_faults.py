@@ -1,0 +1,238 @@
+"""Bad input gets one clear message, a non-zero exit and no files; sweeps record it per cell.
+
+Each case runs the real command line in a fresh process (``python -m bench ...``) and
+checks what the user sees: the exit status, the key named in the message with the valid
+choices, and that nothing was written (no run directory, no result file).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tiny import build_tiny_model
+from conftest import ROOT
+
+FAST = ["encoder=tiny_bert", "seed=1", "data.train_size=32", "trainer.max_epochs=1"]
+
+
+def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # cwd is the empty tmp_path, so anything written relative to it would be seen.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args, f"runs_dir={tmp_path}/runs"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def _incomplete_encoder(tmp_path: Path) -> Path:
+    """A model directory with config.json and weights but no tokenizer files."""
+    source = Path(build_tiny_model("bert"))
+    target = tmp_path / "no_tokenizer"
+    target.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(source / name, target / name)
+    return target
+
+
+CONFIG_CASES = {
+    # case: (overrides, what the message must contain)
+    "unknown group option": (["head=foo"], ["Could not find 'head/foo'", "linear", "bilstm"]),
+    "misspelled key": (["data.batchsize=8"], ["data.batchsize"]),
+    "wrong type": (["data.batch_size=abc"], ["data.batch_size='abc'", "must be an integer"]),
+    "negative learning rate": (["optim.head_lr=-1"], ["optim.head_lr=-1", "at least 0"]),
+    "pooler init=pretrained, untrained pooler": (
+        ["head=pooler", "head.init=pretrained"],
+        ["head.init=pretrained", "pooler='untrained'", "head.init=random"],
+    ),
+    "top_k above the depth": (["freeze=top_k", "freeze.k=9"], ["freeze.k=9", "1..4"]),
+    "unknown freezing option": (["freeze.name=thaw"], ["freeze.name='thaw'", "frozen", "full"]),
+    "head option on the wrong task": (
+        ["task=conll2003", "head.pool=mean"],
+        ["head.pool='mean'", "token task", "head.pool=null"],
+    ),
+    "layer index out of range": (["head.layers=[9]"], ["head.layers", "-5..-1"]),
+    "max_length above the position limit": (
+        ["data.max_length=4096"],
+        ["data.max_length=4096", "position limit", "1..512"],
+    ),
+    "encoder directory missing": (
+        ["encoder.source=/nonexistent/model"],
+        ["encoder directory /nonexistent/model does not exist"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_a_bad_config_exits_2_names_the_key_and_writes_nothing(tmp_path, case):
+    overrides, expected = CONFIG_CASES[case]
+    proc = _bench(tmp_path, *FAST, *overrides)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    for text in expected:
+        assert text in proc.stderr, (text, proc.stderr[-2000:])
+    assert proc.stderr.count("error") == 1  # one message, not a traceback
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/, no outputs/
+
+
+def test_an_encoder_without_tokenizer_files_is_refused_before_training(tmp_path):
+    model = _incomplete_encoder(tmp_path)
+    proc = _bench(tmp_path, *FAST, f"encoder.source={model}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cannot load tokenizer" in proc.stderr and str(model) in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_in_a_sweep_a_bad_cell_is_recorded_failed_and_the_others_run(data_dir, tmp_path):
+    proc = _bench(
+        tmp_path,
+        "-m",
+        *FAST,
+        "freeze=top_k",
+        "freeze.k=1,9",
+        f"data.dir={data_dir}",
+        f"results_dir={tmp_path}/results",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {
+        path.parent.parent.name: json.loads(path.read_text())
+        for path in (tmp_path / "runs").rglob("result.json")
+    }
+    assert results["top1"]["status"] == "ok"
+    assert results["top9"]["status"] == "failed"
+    assert results["top9"]["reason"].startswith("ConfigError: freeze.k=9 for top_k")
+    assert "train_time_s" not in results["top9"]  # refused before any loading or training
+
+
+def test_a_single_class_prediction_is_flagged_degenerate_with_its_histogram():
+    from bench.degenerate import prediction_summary
+    from bench.tasks import get_task
+
+    sst2, conll, stsb = get_task("sst2"), get_task("conll2003"), get_task("stsb")
+    one_class = {"dev": {"idx": [0, 1, 2], "label": [0, 1, 1], "pred": [1, 1, 1]}}
+    summary = prediction_summary(sst2, one_class)
+    assert summary == {
+        "split": "dev",
+        "degenerate": True,
+        "histogram": {"negative": 0, "positive": 3},
+    }
+    mixed = {"dev": {"idx": [0, 1], "label": [0, 1], "pred": [0, 1]}, "test": one_class["dev"]}
+    assert prediction_summary(sst2, mixed)["degenerate"] is False  # the selection split counts
+    all_o = {"dev": {"idx": [0, 1], "label": [[1, 2], [0]], "pred": [[0, 0], [0]]}}
+    summary = prediction_summary(conll, all_o)
+    assert summary["degenerate"] is True and summary["histogram"]["O"] == 3
+    constant = {"dev": {"idx": [0, 1], "label": [1.0, 4.0], "pred": [2.5, 2.5]}}
+    assert prediction_summary(stsb, constant) == {
+        "split": "dev",
+        "degenerate": True,
+        "min": 2.5,
+        "max": 2.5,
+    }
+
+
+# --- files: a SIGKILL never leaves a file that a later step reads as valid ------------------
+
+KILL_BEFORE_PUBLISH = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import bench.atomic, bench.collect
+def die(*args, **kwargs):  # the process dies with the new content written but not published
+    os.kill(os.getpid(), signal.SIGKILL)
+os.replace = die
+{body}
+"""
+
+WRITERS = {
+    "result.json (atomic_write_json)": (
+        "result.json",
+        "bench.atomic.atomic_write_json({out!r}, {{'status': 'ok', 'new': True}})",
+    ),
+    "results table (collect)": (
+        "results.csv",
+        "from test_report import write_synthetic_sweep\n"
+        "from pathlib import Path\n"
+        "write_synthetic_sweep(Path({tmp!r}) / 'runs')\n"
+        "bench.collect.collect([Path({tmp!r}) / 'runs'], Path({out!r}).parent)",
+    ),
+    "HTML report (build_report)": (
+        "report.html",
+        "from test_report import write_synthetic_sweep\n"
+        "from pathlib import Path\n"
+        "from bench.report import build_report\n"
+        "write_synthetic_sweep(Path({tmp!r}) / 'runs')\n"
+        "build_report(Path({tmp!r}) / 'runs', {out!r})",
+    ),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_writer_killed_before_publishing_leaves_the_old_file_intact(tmp_path, writer):
+    name, body = WRITERS[writer]
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / name
+    out.write_text("OLD COMPLETE CONTENT\n")
+    script = KILL_BEFORE_PUBLISH.format(
+        root=str(ROOT), body=body.format(out=str(out), tmp=str(tmp_path))
+    )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]  # killed, at the rename
+    assert out.read_text() == "OLD COMPLETE CONTENT\n"  # readers still see the old file
+    leftovers = [p.name for p in out_dir.iterdir() if p.name != name]
+    assert all(n.startswith(".") and n.endswith(".tmp") for n in leftovers), leftovers
+
+
+# --- security hygiene ------------------------------------------------------------------------
+
+
+def _calls(name: str) -> list[tuple[str, ast.Call]]:
+    found = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called == name:
+                    found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node))
+    return found
+
+
+def test_no_eval_and_every_torch_load_is_weights_only():
+    builtin = [w for n in ("eval", "exec") for w, c in _calls(n) if isinstance(c.func, ast.Name)]
+    assert builtin == []  # module.eval() (eval mode) is a method, not the builtin
+    for where, call in _calls("load"):
+        if isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", "") == "torch":
+            flags = {k.arg: getattr(k.value, "value", None) for k in call.keywords}
+            assert flags.get("weights_only") is True, where
+
+
+def test_trust_remote_code_is_off_unless_an_encoder_config_sets_it(compose_cfg):
+    for path in sorted((ROOT / "conf" / "encoder").glob("*.yaml")):
+        cfg = compose_cfg(f"encoder={path.stem}", "seed=1")
+        assert cfg.encoder.trust_remote_code is False, path.name
+    from bench.encoders import _tokenizer_kwargs
+
+    assert _tokenizer_kwargs({"name": "x"})["trust_remote_code"] is False
