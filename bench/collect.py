@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from filelock import FileLock
 
 from bench.atomic import FILE_MODE, atomic_write, atomic_write_json
 from bench.provenance import utc_now
@@ -217,8 +218,12 @@ def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataF
         print(f"warning: {problem}")
     table = tidy(results)
     if out_dir is not None:
-        path = write_table(table, out_dir)
-        write_records(results, roots, out_dir)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        # One writer at a time per results directory (two sweeps, or many launcher jobs,
+        # sharing it): the CSV, Parquet and side files always come from the same collect.
+        with FileLock(Path(out_dir) / ".collect.lock"):
+            path = write_table(table, out_dir)
+            write_records(results, roots, out_dir)
         print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")
     return table
 

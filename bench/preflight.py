@@ -161,15 +161,16 @@ def check_cell(cfg: DictConfig) -> None:
                 f"freeze.k={k!r} for top_k; valid values for encoder "
                 f"{encoder['name']!r}: 1..{layers}"
             )
+    # The head's own options first: a head/task mismatch is the more basic error.
+    if spec.kind == "token":
+        build_token_head(head, facts["hidden_size"], layers, spec.label_names)
+    else:
+        build_head(head, facts["hidden_size"], layers, spec.num_labels)
     if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
         raise ConfigError(
             f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "
             f"declares pooler={encoder.get('pooler')!r}; valid choices here: head.init=random"
         )
-    if spec.kind == "token":
-        build_token_head(head, facts["hidden_size"], layers, spec.label_names)
-    else:
-        build_head(head, facts["hidden_size"], layers, spec.num_labels)
 
 
 def compose_single_run(config_dir: str | Path, overrides: list[str]) -> DictConfig | None:

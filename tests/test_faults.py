@@ -236,3 +236,42 @@ def test_trust_remote_code_is_off_unless_an_encoder_config_sets_it(compose_cfg):
     from bench.encoders import _tokenizer_kwargs
 
     assert _tokenizer_kwargs({"name": "x"})["trust_remote_code"] is False
+
+
+def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp_path):
+    """Both collects succeed; the table's CSV, Parquet and history come from one of them."""
+    from test_report import write_synthetic_sweep
+
+    from bench.collect import read_history, read_table
+
+    write_synthetic_sweep(tmp_path / "a")
+    write_synthetic_sweep(tmp_path / "b")
+    for res in (tmp_path / "b").rglob("result.json"):  # sweep b: other numbers
+        data = json.loads(res.read_text())
+        for metrics in (data.get("best") or {}).get("metrics", {}).values():
+            for key in metrics:
+                metrics[key] = 0.123
+        res.write_text(json.dumps(data))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "results"
+    for _ in range(3):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.collect", str(tmp_path / s), "-o", str(out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for s in ("a", "b")
+        ]
+        assert [p.wait(timeout=300) for p in procs] == [0, 0]
+        csv_values = sorted(read_table(out / "results.csv")["value"].dropna().round(6).unique())
+        parquet_values = sorted(
+            read_table(out / "results.parquet")["value"].dropna().round(6).unique()
+        )
+        assert csv_values == parquet_values  # the two formats agree
+        from_b = csv_values == [0.123]
+        assert from_b or 0.123 not in csv_values  # one sweep's table, not a mix
+        assert len(read_history(out)) > 0
+        assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
