@@ -62,6 +62,30 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env=_env())
 
 
+# The reference experiments (README "Findings"): results/<name>/ and reports/<name>.html.
+REFERENCE_EXPERIMENTS = ("cpu_heads", "cpu_table7", "layers_sst2", "cpu_stability")
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """Re-run one reference experiment (resumes), then its tables and its report.
+
+    ``nox -s reproduce -- cpu_heads`` (or cpu_table7, layers_sst2, cpu_stability).
+    Extra arguments after the name are passed to the sweep as overrides.
+    """
+    if not session.posargs or session.posargs[0] not in REFERENCE_EXPERIMENTS:
+        session.error(
+            f"name an experiment: nox -s reproduce -- {{{','.join(REFERENCE_EXPERIMENTS)}}}"
+        )
+    name, *overrides = session.posargs
+    _install(session)
+    env = {**_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    session.run("python", "-m", "bench", f"experiment={name}", *overrides, env=env)
+    session.run("python", "-m", "bench.tables", f"results/{name}", "--style", "all", env=env)
+    session.run("python", "-m", "bench.report", f"results/{name}", "-o", f"reports/{name}.html",
+                env=env)  # fmt: skip
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""

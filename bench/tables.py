@@ -513,6 +513,17 @@ def write(doc: Document, out_dir: str | Path, style: str) -> list[Path]:
     return paths
 
 
+def applicable_styles(table: pd.DataFrame) -> list[str]:
+    """The styles that have data in ``table`` (``all`` skips the empty ones)."""
+    tasks = set(table["task"].dropna())
+    has = {
+        "glue": bool(tasks & {task for task, _, _ in GLUE_COLUMNS}),
+        "table7": TABLE7_TASK in tasks,
+        "heads": bool(tasks),
+    }
+    return [style for style in STYLES if has[style]]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m bench.tables SOURCE --style STYLE [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser(
@@ -531,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else (source.parent if source.is_file() else source)
     table = load_source(source)
     refs = load_references()
-    for style in STYLES if args.style == "all" else (args.style,):
+    for style in applicable_styles(table) if args.style == "all" else (args.style,):
         doc = build(table, style, refs)
         paths = write(doc, out, style)
         print(to_markdown(doc))

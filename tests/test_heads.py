@@ -32,6 +32,7 @@ HEAD_CONFIGS = [
     {"name": "linear", "layers": [0, -2], "combine": "mean", "pool": "mean"},
     {"name": "linear", "layers": [-1, -2, -3], "combine": "scalar_mix", "pool": "max"},
     {"name": "pooler", "layers": [-1, -2], "combine": "sum"},
+    {"name": "linear", "layers": [-4, -3, -2, -1], "combine": "max"},
 ]
 
 
@@ -124,7 +125,7 @@ def test_layers_index_zero_is_embeddings_and_negative_counts_from_top():
         ({"name": "transformer"}, "valid choices: linear, pooler, last4_concat, bilstm"),
         ({"name": "linear", "lstm_hidden": 3}, "valid options"),
         ({"name": "linear", "layers": [5]}, "valid indices"),
-        ({"name": "linear", "combine": "avg"}, "valid choices: concat, mean, sum, scalar_mix"),
+        ({"name": "linear", "combine": "avg"}, "valid choices: concat, mean, max, sum, scalar_mix"),
         ({"name": "bilstm", "pool": "first"}, "valid choices: final, mean, max, cls"),
         ({"name": "pooler", "init": "copy"}, "valid choices: random, pretrained"),
         ({"name": "pooler", "init": "pretrained", "layers": [-1, -2]}, "needs input width"),
@@ -134,3 +135,12 @@ def test_layers_index_zero_is_embeddings_and_negative_counts_from_top():
 def test_bad_head_options_raise_clear_errors(cfg, needle):
     with pytest.raises(ConfigError, match=needle):
         build_head(cfg, H, L, C)
+
+
+def test_max_combine_takes_the_element_wise_maximum_over_layers():
+    from bench.heads.layers import LayerSelect
+
+    select = LayerSelect([-2, -1], "max", H, L)
+    states = hidden_states()
+    expected = torch.maximum(states[-2], states[-1])
+    assert select.out_dim == H and torch.equal(select(states), expected)

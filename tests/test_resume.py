@@ -212,11 +212,21 @@ def test_dry_run_expands_a_preset_without_writing_anything(tmp_path):
 def test_cpu_heads_is_the_promised_grid(tmp_path):
     cells = plan(CONF, ["experiment=cpu_heads", f"runs_dir={tmp_path}"], multirun=False)
     parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]
-    assert len(parts) == 120 == len(set(parts))
+    assert len(parts) == 180 == len(set(parts))
     assert {p[0] for p in parts} == {"sst2", "mrpc", "rte", "cola", "stsb"}
     assert {p[2] for p in parts} == {"linear", "pooler-random", "last4_concat", "bilstm"}
-    assert {(p[1], p[3]) for p in parts} == {("minilm", "frozen"), ("minilm", "full")}
+    assert {(p[1], p[3]) for p in parts} == {("minilm", f) for f in ("frozen", "top2", "full")}
     assert {p[4] for p in parts} == {"seed=1", "seed=2", "seed=3"}
+
+
+def test_layers_sst2_is_the_promised_grid(tmp_path):
+    cells = plan(CONF, ["experiment=layers_sst2", f"runs_dir={tmp_path}"], multirun=False)
+    parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]
+    assert len(parts) == 60 == len(set(parts))
+    choices = [f"L{i}" for i in range(7)] + [f"last4_{c}" for c in ("concat", "mean", "max")]
+    assert {p[2] for p in parts} == {f"linear-{c}" for c in choices}
+    assert {(p[0], p[1]) for p in parts} == {("sst2", "minilm")}
+    assert {p[3] for p in parts} == {"frozen", "full"}
 
 
 def test_a_sweep_whose_cells_share_a_run_directory_stops_before_training(tmp_path):

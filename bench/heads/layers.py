@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from bench.errors import ConfigError
 
-COMBINES = ("concat", "mean", "sum", "scalar_mix")
+COMBINES = ("concat", "mean", "max", "sum", "scalar_mix")
 
 #: Named layer choices (BERT paper, Table 7): name -> (indices or "all", combine).
 #: ``sum_*`` is the learned softmax-weighted sum (:class:`ScalarMix`); ``sum_all`` mixes
@@ -133,7 +133,8 @@ class LayerSelect(nn.Module):
     Args:
         layers: Layer indices (0 = embeddings, negative from the top) or a name from
             :data:`LAYER_CHOICES`, which also sets the combine.
-        combine: ``concat`` (width = n * H), ``mean``, ``sum`` or ``scalar_mix`` (width H).
+        combine: ``concat`` (width = n * H), ``mean``, ``max`` (element-wise over the
+            layers, Sun et al. 2019), ``sum`` or ``scalar_mix`` (width H).
         hidden_size: Encoder width H.
         num_layers: Encoder depth L.
     """
@@ -157,6 +158,8 @@ class LayerSelect(nn.Module):
             return torch.cat(states, dim=-1)  # (B, T, n*H)
         if self.combine == "mean":
             return torch.stack(states, dim=0).mean(dim=0)
+        if self.combine == "max":
+            return torch.stack(states, dim=0).amax(dim=0)
         if self.combine == "sum":
             return torch.stack(states, dim=0).sum(dim=0)
         assert self.mix is not None

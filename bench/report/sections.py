@@ -223,7 +223,9 @@ def layer_frame(ctx: ReportContext) -> pd.DataFrame:
             & (dev["freeze"] == "full")
             & (dev["head"] == "linear")
         ]
-        members = [("finetune", r) for _, r in fine.iterrows()][:1]
+        # Table 7's reference row: the one fine-tuned linear cell of the task, if that is
+        # what it is (a sweep of layer choices under fine-tuning is a group of its own).
+        members = [("finetune", fine.iloc[0])] if len(fine) == 1 and freeze != "full" else []
         paper_order = [name for name, _ in TABLE7_ROWS]
         layer_rows = sorted(
             ((str(r["layers"]), r) for _, r in group.iterrows()),
