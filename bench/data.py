@@ -155,6 +155,8 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: Training batch size.
         eval_batch_size: Evaluation batch size.
         num_workers: DataLoader workers.
+        group_by_length: Draw training batches of similar lengths (less padding), with
+            ``transformers``' ``LengthGroupedSampler`` (random mega-batches sorted by length).
     """
 
     def __init__(
@@ -168,6 +170,7 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: int,
         eval_batch_size: int,
         num_workers: int = 0,
+        group_by_length: bool = False,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -179,6 +182,7 @@ class SplitLoaders(L.LightningDataModule):
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
+        self.group_by_length = group_by_length
         self.train: Any = None
         self.dev: dict[str, Any] = {}
         self.train_labels: list[Any] = []
@@ -201,6 +205,16 @@ class SplitLoaders(L.LightningDataModule):
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _batch(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Collate examples; cached hidden states (``states``) are padded alongside."""
+        if not items or "states" not in items[0]:
+            return self._collate(items)
+        from bench.features import pad_states
+
+        batch = self._collate([{k: v for k, v in it.items() if k != "states"} for it in items])
+        batch["cached_states"] = pad_states([it["states"] for it in items])  # (B, T, n, H)
+        return batch
+
     def setup(self, stage: str | None = None) -> None:
         """Load, subset and tokenize every split (once)."""
         if self.train is not None:
@@ -216,13 +230,20 @@ class SplitLoaders(L.LightningDataModule):
             self.dev[name] = self._encode(columns, f"{self.spec.name} {name}")
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches (order from the global seed)."""
+        """Shuffled training batches (order from the global seed), length-grouped if asked."""
         assert self.train is not None, "call setup() first"
+        sampler = None
+        if self.group_by_length:
+            from transformers.trainer_pt_utils import LengthGroupedSampler
+
+            lengths = [len(self.train[i]["input_ids"]) for i in range(len(self.train))]
+            sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
         return DataLoader(
             self.train,  # type: ignore[arg-type]
             batch_size=self.batch_size,
-            shuffle=True,
-            collate_fn=self._collate,
+            shuffle=sampler is None,
+            sampler=sampler,
+            collate_fn=self._batch,
             num_workers=self.num_workers,
         )
 
@@ -233,7 +254,7 @@ class SplitLoaders(L.LightningDataModule):
                 self.dev[name],  # type: ignore[arg-type]
                 batch_size=self.eval_batch_size,
                 shuffle=False,
-                collate_fn=self._collate,
+                collate_fn=self._batch,
                 num_workers=self.num_workers,
             )
             for name in self.dev_names

@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from bench.encoders import load_encoder, pooler_weights
 from bench.errors import DivergedError, EncoderError
+from bench.features import FeaturePlan
 from bench.freezing import apply_freezing
 from bench.heads import TokenHead, build_head, build_token_head, count_parameters
 from bench.metrics import build_metrics, finite_or_none
@@ -70,6 +71,7 @@ class HeadbenchModule(L.LightningModule):
         self.metrics = nn.ModuleDict(
             {} if self.is_token else {n: build_metrics(self.spec) for n in self.dev_names}
         )
+        self.feature_plan: FeaturePlan | None = None  # set by bench.features.attach_cache
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
@@ -119,6 +121,12 @@ class HeadbenchModule(L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """Return logits for a padded batch: (B, C), or (B, T, C) for a token task."""
+        if "cached_states" in batch:  # states from bench.features: no (or a partial) forward
+            assert self.feature_plan is not None, "cached states without a feature plan"
+            hidden_states = self.feature_plan.hidden_states(
+                self.encoder, batch["cached_states"], batch["attention_mask"]
+            )
+            return self.head(hidden_states, batch["attention_mask"])
         inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
             out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)

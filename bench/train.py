@@ -44,6 +44,9 @@ _HASHED_KEYS = (
     "trainer",
 )
 _UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
+# Keys added after results were committed: hashed only when they differ from the old behaviour,
+# so existing cells keep their hashes. (`cache.*` is not hashed at all: see bench/features.py.)
+_HASHED_UNLESS_DEFAULT = {"group_by_length": False}
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 
 
@@ -85,6 +88,9 @@ def config_hash(cfg: DictConfig) -> str:
     data = dict(hashed["data"] or {})
     for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
         data.pop(key, None)
+    for key, default in _HASHED_UNLESS_DEFAULT.items():
+        if data.get(key, default) == default:
+            data.pop(key, None)
     hashed["data"] = data
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -135,6 +141,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
 
     from bench.data import GlueDataModule
     from bench.encoders import load_tokenizer
+    from bench.features import attach_cache
     from bench.module import HeadbenchModule
     from bench.ner_metrics import majority_baseline as ner_majority_baseline
     from bench.token_data import TokenDataModule, write_word_predictions
@@ -157,6 +164,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         batch_size=int(cfg.data.batch_size),
         eval_batch_size=int(cfg.data.eval_batch_size),
         num_workers=int(cfg.data.num_workers),
+        group_by_length=bool(cfg.data.get("group_by_length", False)),
     )
     module = HeadbenchModule(
         encoder=plain["encoder"],
@@ -176,6 +184,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
     }
+    result["cache"] = attach_cache(module, datamodule, plain.get("cache"))
     baseline = ner_majority_baseline if token_task else majority_baseline
     result["baseline"] = {
         name: baseline(spec, datamodule.train_labels, labels)  # type: ignore[arg-type]
