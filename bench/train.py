@@ -144,6 +144,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     from bench.features import attach_cache
     from bench.module import HeadbenchModule
     from bench.ner_metrics import majority_baseline as ner_majority_baseline
+    from bench.timing import TrainLoopTimer
     from bench.token_data import TokenDataModule, write_word_predictions
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -193,8 +194,10 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
+    timer = TrainLoopTimer()
     trainer = L.Trainer(
         **trainer_kwargs,
+        callbacks=[timer],
         default_root_dir=run_dir,
         logger=_loggers(run_dir),
         enable_checkpointing=False,
@@ -209,6 +212,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         trainer.fit(module, datamodule=datamodule)
     finally:
         result["train_time_s"] = time.perf_counter() - started
+        result["throughput"] = timer.summary()
         result["history"] = module.history
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
