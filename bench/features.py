@@ -51,13 +51,21 @@ PARTIAL_FAMILIES = ("bert", "roberta")
 ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
 
-def cache_dir(configured: str | os.PathLike[str] | None) -> Path:
-    """The feature cache directory: ``cache.dir``, else ``$HEADBENCH_CACHE/features``."""
-    if configured:
-        return Path(configured)
+def cache_dir(cfg: dict[str, Any] | None, kind: str) -> Path | None:
+    """A cache directory: ``<cache.dir or $HEADBENCH_CACHE>/<kind>``; None if disabled.
+
+    Args:
+        cfg: The ``cache`` config (``enabled``, ``dir``); None = defaults.
+        kind: ``features`` or ``tokenized``.
+    """
+    cfg = dict(cfg or {})
+    if not cfg.get("enabled", True):
+        return None
+    if cfg.get("dir"):
+        return Path(cfg["dir"]) / kind
     from bench.tiny import cache_root
 
-    return cache_root() / "features"
+    return cache_root() / kind
 
 
 def tensor_digest(tensors: dict[str, Tensor]) -> str:
@@ -79,8 +87,10 @@ def tokenizer_digest(tokenizer: Any) -> str:
     """Content hash of a tokenizer: its class, vocabulary/rules and special tokens."""
     h = hashlib.sha256(type(tokenizer).__name__.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        h.update(backend.to_str().encode())
+    if backend is not None:  # without the call-time truncation/padding state the last call left
+        spec = {k: v for k, v in json.loads(backend.to_str()).items()
+                if k not in ("truncation", "padding")}  # fmt: skip
+        h.update(json.dumps(spec, sort_keys=True).encode())
     else:  # a slow tokenizer: the vocabulary is what defines it
         h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     h.update(json.dumps(getattr(tokenizer, "special_tokens_map", {}), sort_keys=True).encode())
@@ -94,10 +104,8 @@ def inputs_digest(examples: Sequence[dict[str, Any]]) -> str:
     for key in ENCODER_KEYS:
         if key not in examples[0]:
             continue
-        lengths = np.fromiter((len(ex[key]) for ex in examples), dtype=np.int64)
-        flat = np.fromiter(
-            (v for ex in examples for v in ex[key]), dtype=np.int64, count=int(lengths.sum())
-        )
+        lengths = np.array([len(ex[key]) for ex in examples], dtype=np.int64)
+        flat = np.concatenate([np.asarray(ex[key], dtype=np.int64) for ex in examples])
         h.update(key.encode())
         h.update(lengths.tobytes())
         h.update(flat.tobytes())
@@ -451,7 +459,7 @@ def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> di
         dtype_name = AUTO_DTYPE["frozen" if plan.start is None else "top_k"]
     if dtype_name not in DTYPES:
         raise ConfigError(f"cache.dtype={dtype_name!r}; valid choices: auto, {', '.join(DTYPES)}")
-    store = FeatureStore(cache_dir(cfg.get("dir")))
+    store = FeatureStore(cache_dir(cfg, "features"))  # type: ignore[arg-type]
     started = time.perf_counter()
     weights = weights_digest(module.encoder)
     tokenizer = tokenizer_digest(datamodule.tokenizer)

@@ -109,7 +109,7 @@ def _run_cell(overrides: list[str], run_dir: Path) -> dict[str, Any]:
 
 def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
     """Part 1 and 4: uncached vs cached frozen cells, cumulative wall time per grid size."""
-    keys = ("encoder", "task", "train_size", "epochs", "max_length", "batch_size", "grid_cells")
+    keys = ("encoder", "task", "train_size", "epochs", "max_length", "batch_size")
     settings = {k: getattr(args, k) for k in keys}
     grid = state.setdefault("grid", {})
     if grid.get("settings") != settings:
@@ -128,7 +128,7 @@ def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None
             cache = {"enabled": path == "cached", "dir": cache_dir}
             overrides = _grid_overrides(args, head, seed, cache)
             cell = _run_cell(overrides, work / path / f"{head}-{seed}")
-            cell.update(head=head, seed=seed)
+            cell.update(head=head, seed=seed, load_avg_1min=os.getloadavg()[0])
             done.append(cell)
             print(f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
                   f"dev acc {cell['dev_accuracy']['final']}", flush=True)  # fmt: skip
@@ -464,6 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         parts[name](args, state, save)
         state.setdefault("part_seconds", {})[name] = time.perf_counter() - started
+        state.setdefault("load_avg_1min_after", {})[name] = os.getloadavg()[0]
         save()
     print(table(state))
 

@@ -141,7 +141,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
 
     from bench.data import GlueDataModule
     from bench.encoders import load_tokenizer
-    from bench.features import attach_cache
+    from bench.features import attach_cache, cache_dir
     from bench.module import HeadbenchModule
     from bench.ner_metrics import majority_baseline as ner_majority_baseline
     from bench.timing import TrainLoopTimer
@@ -166,6 +166,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         eval_batch_size=int(cfg.data.eval_batch_size),
         num_workers=int(cfg.data.num_workers),
         group_by_length=bool(cfg.data.get("group_by_length", False)),
+        token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
     )
     module = HeadbenchModule(
         encoder=plain["encoder"],
