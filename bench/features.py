@@ -293,7 +293,9 @@ def encode_split(
         The split's flat states.
     """
     modes = {m: m.training for m in encoder.modules()}  # frozen parts stay in eval afterwards
-    encoder.eval()
+    home = next(encoder.parameters()).device
+    device = torch.device("cuda") if torch.cuda.is_available() else home
+    encoder.eval().to(device)
     lengths = np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
     pieces: list[Tensor] = []
@@ -301,10 +303,12 @@ def encode_split(
         rows = order[start : start + batch_size]
         batch = collate([{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]}
                          for i in rows])  # fmt: skip
-        inputs = {k: batch[k] for k in ENCODER_KEYS if k in batch}
+        inputs = {k: batch[k].to(device) for k in ENCODER_KEYS if k in batch}
         out = encoder(**inputs, output_hidden_states=True, return_dict=True)
         stacked = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, T, n, H)
-        pieces.append(stacked[batch["attention_mask"].bool()].to(dtype))  # (sum T_b, n, H)
+        kept = stacked[inputs["attention_mask"].bool()]  # (sum T_b, n, H)
+        pieces.append(kept.to(dtype).cpu())
+    encoder.to(home)
     for m, mode in modes.items():
         m.training = mode
     states = torch.cat(pieces) if pieces else torch.empty(0, len(layers), 0, dtype=dtype)

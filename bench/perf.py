@@ -40,6 +40,8 @@ from bench.atomic import atomic_write_json
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
 GRID_MARKS = (4, 8, 12, 16, 32)
+#: Grid paths and their ``cache.dtype`` (None: cache disabled).
+GRID_PATHS = {"uncached": None, "cached": "auto", "cached_fp32": "float32"}
 
 
 def _compose(overrides: list[str]) -> Any:
@@ -119,13 +121,14 @@ def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-"))
     torch.set_num_threads(args.grid_threads)
     grid["threads"] = args.grid_threads
-    for path in ("uncached", "cached"):
+    for path, dtype in GRID_PATHS.items():
         done = grid.setdefault(path, [])
-        if path == "cached" and len(done) < len(cells):
-            done.clear()  # the cached path is timed from an empty cache in one go
-        cache_dir = work / "features"
+        if dtype is not None and len(done) < len(cells):
+            done.clear()  # a cached path is timed from an empty cache in one go
         for head, seed in cells[len(done) :]:
-            cache = {"enabled": path == "cached", "dir": cache_dir}
+            cache = {"enabled": dtype is not None, "dir": work / path / "cache"}
+            if dtype is not None:
+                cache["dtype"] = dtype
             overrides = _grid_overrides(args, head, seed, cache)
             cell = _run_cell(overrides, work / path / f"{head}-{seed}")
             cell.update(head=head, seed=seed, load_avg_1min=os.getloadavg()[0])
@@ -133,19 +136,41 @@ def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None
             print(f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
                   f"dev acc {cell['dev_accuracy']['final']}", flush=True)  # fmt: skip
             save()
-    marks = [m for m in GRID_MARKS if m <= len(cells)]
-    rows = []
-    for m in marks:
-        unc = sum(c["wall_s"] for c in grid["uncached"][:m])
-        cac = sum(c["wall_s"] for c in grid["cached"][:m])
-        same = all(
-            a["dev_accuracy"] == b["dev_accuracy"]
-            for a, b in zip(grid["uncached"][:m], grid["cached"][:m], strict=True)
-        )
-        rows.append({"cells": m, "uncached_s": unc, "cached_s": cac, "ratio": unc / cac,
-                     "same_scores": same})  # fmt: skip
-    grid["sizes"] = rows
+    grid["sizes"] = grid_sizes(grid)
     save()
+
+
+def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """Totals of the first 4, 8, 12, 16, 32 cells of each path (cells measured on all paths).
+
+    ``<path>_encoder_s`` is the time spent in cache lookups and encoder passes on a miss,
+    ``<path>_heads_s`` everything else (loading, head training, evaluation).
+    """
+    paths = [p for p in GRID_PATHS if grid.get(p)]
+    n = min((len(grid[p]) for p in paths), default=0)
+    rows = []
+    for m in (m for m in GRID_MARKS if m <= n):
+        unc = grid["uncached"][:m]
+        row: dict[str, Any] = {"cells": m, "uncached_s": sum(c["wall_s"] for c in unc)}
+        for path in paths[1:]:
+            cac = grid[path][:m]
+            total = sum(c["wall_s"] for c in cac)
+            build = sum((c.get("cache") or {}).get("build_s", 0.0) for c in cac)
+            diffs = [abs(a["dev_accuracy"]["final"] - b["dev_accuracy"]["final"])
+                     for a, b in zip(unc, cac, strict=True)]  # fmt: skip
+            row.update({
+                f"{path}_s": total,
+                f"{path}_encoder_s": build,
+                f"{path}_heads_s": total - build,
+                f"{path}_ratio": row["uncached_s"] / total,
+                f"{path}_same_scores": all(
+                    a["dev_accuracy"] == b["dev_accuracy"] for a, b in zip(unc, cac, strict=True)
+                ),
+                f"{path}_cells_differing": sum(d > 0 for d in diffs),
+                f"{path}_max_abs_acc_diff": max(diffs),
+            })  # fmt: skip
+        rows.append(row)
+    return rows
 
 
 # --------------------------------------------------------------------------- part 2
@@ -378,12 +403,16 @@ def table(state: dict[str, Any]) -> str:
     """The measured figures as a Markdown table."""
     lines = ["| measurement | value |", "|---|---|"]
     grid = state.get("grid") or {}
-    for row in grid.get("sizes", []):
-        lines.append(
-            f"| frozen grid, {row['cells']} cells: uncached / cached wall time | "
-            f"{row['uncached_s']:.0f} s / {row['cached_s']:.0f} s = {row['ratio']:.1f}x"
-            f" (same scores: {'yes' if row['same_scores'] else 'NO'}) |"
-        )
+    for row in grid_sizes(grid):
+        for path in (p for p in GRID_PATHS if f"{p}_ratio" in row):
+            lines.append(
+                f"| frozen grid, {row['cells']} cells: uncached / {path} wall time | "
+                f"{row['uncached_s']:.0f} s / {row[f'{path}_s']:.0f} s = "
+                f"{row[f'{path}_ratio']:.1f}x (cached: {row[f'{path}_encoder_s']:.0f} s encoder "
+                f"+ {row[f'{path}_heads_s']:.0f} s rest; dev accuracy differs in "
+                f"{row[f'{path}_cells_differing']} of {row['cells']} cells, "
+                f"max {100 * row[f'{path}_max_abs_acc_diff']:.2f} points) |"
+            )
     ft = state.get("finetune") or {}
     if "speedup" in ft:
         hb, hf = ft["headbench"], ft["hf_trainer"]
@@ -457,7 +486,8 @@ def main(argv: list[str] | None = None) -> None:
         state["table"] = table(state)
         atomic_write_json(args.out, state)
 
-    parts = {"grid": run_grid, "finetune": run_finetune, "flops": run_flops}
+    parts = {"grid": run_grid, "finetune": run_finetune, "flops": run_flops,
+             "table": lambda *_: None}  # fmt: skip
     for name in args.parts.split(","):
         if name not in parts:
             raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")

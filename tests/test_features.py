@@ -204,3 +204,14 @@ def test_new_data_keys_leave_existing_config_hashes_alone(compose_cfg):
     assert config_hash(compose_cfg("encoder=tiny_bert", "seed=1", "data.group_by_length=true")) != (
         config_hash(cfg)
     )
+
+
+def test_bf16_mixed_precision_trains_a_cached_top_k_cell(compose_cfg, data_dir, tmp_path):
+    common = ("encoder=tiny_bert", "head=linear", "freeze=top_k", "freeze.k=1", "task=sst2",
+              "seed=1", "data.train_size=32", f"data.dir={data_dir}", "trainer.max_epochs=1",
+              "data.max_length=32", f"cache.dir={tmp_path / 'c'}")  # fmt: skip
+    cfg = compose_cfg(*common, "trainer.precision=bf16-mixed")
+    result = run(cfg, tmp_path / "run")
+    assert result["status"] == "ok", result.get("reason")
+    assert result["cache"]["top_from"] == 3 and result["throughput"]["examples"] == 32
+    assert config_hash(cfg) != config_hash(compose_cfg(*common))  # bf16 changes numbers
