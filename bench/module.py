@@ -260,9 +260,11 @@ class HeadbenchModule(L.LightningModule):
                     groups.append(
                         {"params": group, "lr": lr, "weight_decay": wd, "name": f"{part}/{suffix}"}
                     )
-        optimizer = torch.optim.AdamW(
-            groups, betas=tuple(optim.get("betas", (0.9, 0.999))), eps=optim.get("adam_eps", 1e-8)
-        )
+        betas, eps = tuple(optim.get("betas", (0.9, 0.999))), optim.get("adam_eps", 1e-8)
+        try:  # one fused kernel per step: ~4x faster than foreach on CPU (bench/perf.py)
+            optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps, fused=True)
+        except RuntimeError:  # a device or torch build without the fused kernel
+            optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
         total = int(self.trainer.estimated_stepping_batches)
         warmup = math.ceil(optim.get("warmup_ratio", 0.0) * total)
         scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)

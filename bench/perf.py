@@ -309,15 +309,18 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
     overrides = _finetune_overrides(args)
-    if "headbench" not in part:
-        cell = _run_cell(overrides, work / "headbench")
-        part["headbench"] = cell
-        print(f"[finetune headbench] {cell['throughput']['examples_per_s']:.2f} ex/s, "
-              f"dev acc {cell['dev_accuracy']}", flush=True)  # fmt: skip
-        save()
-    if "hf_trainer" not in part:
-        part["hf_trainer"] = _hf_trainer_cell(args, _compose(overrides), work)
-        print(f"[finetune hf] {part['hf_trainer']}", flush=True)
+    order = ("hf_trainer", "headbench") if args.hf_first else ("headbench", "hf_trainer")
+    part["order"] = list(order)
+    for name in order:
+        if name in part:
+            continue
+        if name == "headbench":
+            part[name] = _run_cell(overrides, work / "headbench")
+        else:
+            part[name] = _hf_trainer_cell(args, _compose(overrides), work)
+        part[name]["torch_threads"] = torch.get_num_threads()
+        part[name]["load_avg_1min"] = os.getloadavg()[0]
+        print(f"[finetune {name}] {part[name]}", flush=True)
         save()
     hb, hf = part["headbench"], part["hf_trainer"]
     part["speedup"] = hb["throughput"]["examples_per_s"] / hf["examples_per_s"]
@@ -466,6 +469,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hf-first", action="store_true", help="time the HF Trainer before headbench")
     p.add_argument("--matmul-n", type=int, default=2048)
     return p  # fmt: skip
 

@@ -215,3 +215,27 @@ def test_bf16_mixed_precision_trains_a_cached_top_k_cell(compose_cfg, data_dir, 
     assert result["status"] == "ok", result.get("reason")
     assert result["cache"]["top_from"] == 3 and result["throughput"]["examples"] == 32
     assert config_hash(cfg) != config_hash(compose_cfg(*common))  # bf16 changes numbers
+
+
+def test_token_task_cells_read_cached_states_too(data_dir, tmp_path):
+    from bench.token_data import TokenDataModule
+
+    torch.manual_seed(0)
+    dm = TokenDataModule(get_task("conll2003"), load_tokenizer(ENCODERS["tiny_bert"]),
+                         data_dir=data_dir, train_size=16, data_seed=0, max_length=32,
+                         batch_size=8, eval_batch_size=16)  # fmt: skip
+    dm.setup("fit")
+    for name in dm.dev_names:
+        dm.dev[name].examples = dm.dev[name].examples[:32]
+    head = {"name": "bilstm", "layers": [-1], "pool": None, "lstm_hidden": 16, "dropout": 0.1}
+    module = HeadbenchModule(ENCODERS["tiny_bert"], head, {"name": "frozen"}, "conll2003", OPTIM,
+                             dm.dev_names)  # fmt: skip
+    module.eval()
+    with torch.no_grad():
+        uncached = module(_first_batch(dm))
+    info = attach_cache(module, dm, {"dir": tmp_path, "dtype": "float32"})
+    assert info["misses"] == ["train", *dm.dev_names]
+    batch = _first_batch(dm)
+    assert "word_pos" in batch and "cached_states" in batch
+    with torch.no_grad():
+        torch.testing.assert_close(module(batch), uncached, atol=1e-5, rtol=0)
