@@ -239,3 +239,11 @@ def test_token_task_cells_read_cached_states_too(data_dir, tmp_path):
     assert "word_pos" in batch and "cached_states" in batch
     with torch.no_grad():
         torch.testing.assert_close(module(batch), uncached, atol=1e-5, rtol=0)
+
+
+def test_an_unknown_cache_dtype_names_the_valid_ones(data_dir, tmp_path):
+    from bench.errors import ConfigError
+
+    module, dm = _cell(data_dir)
+    with pytest.raises(ConfigError, match=r"cache.dtype='int8'; valid choices: float16, bfloat16"):
+        attach_cache(module, dm, {"dir": tmp_path, "dtype": "int8"})
