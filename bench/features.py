@@ -7,12 +7,12 @@ the cache holds the output of the last frozen layer and only the top k layers ru
 Storage: one safetensors file per (encoder weights, tokenizer, task, split, subset,
 max_length, layers, dtype); float32 by default, float16 or bfloat16 on request. Token
 states are stored without padding: ``states`` is (total tokens, n_layers, H), concatenated
-example after example, and ``index`` holds each example's ``[start, length]`` rows. The file name is a content hash of the key, which
-includes a hash of the encoder's weights and of the encoded inputs, so a changed key can
-never be served stale states. Files are written to a temp file in the same directory and
-published with ``os.replace``; a ``filelock`` lock per entry makes concurrent processes of
-one sweep compute an entry once. A damaged (e.g. truncated) file fails validation and is
-rebuilt, never read.
+example after example, and ``index`` holds each example's ``[start, length]`` rows. The
+file name is a content hash of the key, which includes a hash of the encoder's weights and
+of the encoded inputs, so a changed key can never be served stale states. Files are
+written to a temp file in the same directory and published with ``os.replace``; a
+``filelock`` lock per entry makes concurrent processes of one sweep compute an entry once.
+A damaged (e.g. truncated) file fails validation and is rebuilt, never read.
 """
 
 from __future__ import annotations

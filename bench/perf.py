@@ -310,7 +310,8 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
     overrides = _finetune_overrides(args)
     order = ("hf_trainer", "headbench") if args.hf_first else ("headbench", "hf_trainer")
-    part["order"] = list(order)
+    if args.ft_only:  # one framework per process: a second training in a process ran slower
+        order = (args.ft_only,)
     for name in order:
         if name in part:
             continue
@@ -322,9 +323,12 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
         part[name]["load_avg_1min"] = os.getloadavg()[0]
         print(f"[finetune {name}] {part[name]}", flush=True)
         save()
-    hb, hf = part["headbench"], part["hf_trainer"]
-    part["speedup"] = hb["throughput"]["examples_per_s"] / hf["examples_per_s"]
-    part["flops"] = training_flops(args, hb["throughput"])
+    part.setdefault("order", []).extend(n for n in order if n not in part["order"])
+    if "headbench" in part:
+        part["flops"] = training_flops(args, part["headbench"]["throughput"])
+    if "headbench" in part and "hf_trainer" in part:
+        hb, hf = part["headbench"], part["hf_trainer"]
+        part["speedup"] = hb["throughput"]["examples_per_s"] / hf["examples_per_s"]
     save()
 
 
@@ -485,6 +489,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--hf-first", action="store_true", help="time the HF Trainer before headbench")
+    p.add_argument(
+        "--ft-only",
+        choices=("headbench", "hf_trainer"),
+        help="time only this framework in this process (run the other one next)",
+    )
     p.add_argument("--matmul-n", type=int, default=2048)
     return p  # fmt: skip
 
