@@ -487,7 +487,9 @@ def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> di
             len(examples),
             lambda examples=examples: encode_split(
                 module.encoder,
-                datamodule._collate,
+                lambda items: dict(
+                    datamodule.tokenizer.pad(items, padding=True, return_tensors="pt")
+                ),
                 examples,
                 plan.layers,
                 int(datamodule.eval_batch_size),
