@@ -310,7 +310,7 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
     overrides = _finetune_overrides(args)
     order = ("hf_trainer", "headbench") if args.hf_first else ("headbench", "hf_trainer")
-    if args.ft_only:  # one framework per process: a second training in a process ran slower
+    if args.ft_only:  # one framework per process, so neither inherits the other's process state
         order = (args.ft_only,)
     for name in order:
         if name in part:
