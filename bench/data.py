@@ -155,6 +155,10 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: Training batch size.
         eval_batch_size: Evaluation batch size.
         num_workers: DataLoader workers.
+        group_by_length: Draw training batches of similar lengths (less padding), with
+            ``transformers``' ``LengthGroupedSampler`` (random mega-batches sorted by length).
+        token_cache_dir: Where tokenized splits are cached for later cells
+            (:mod:`bench.token_cache`); None tokenizes every time.
     """
 
     def __init__(
@@ -168,6 +172,8 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: int,
         eval_batch_size: int,
         num_workers: int = 0,
+        group_by_length: bool = False,
+        token_cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -179,6 +185,8 @@ class SplitLoaders(L.LightningDataModule):
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
+        self.group_by_length = group_by_length
+        self.token_cache_dir = token_cache_dir
         self.train: Any = None
         self.dev: dict[str, Any] = {}
         self.train_labels: list[Any] = []
@@ -189,17 +197,46 @@ class SplitLoaders(L.LightningDataModule):
         """Names of the evaluation splits, in dataloader order."""
         return list(self.spec.dev)
 
+    #: The dataclass :meth:`_encode` returns (for the tokenization cache).
+    encoded_type: type = Encoded
+
     def _load(self, source: SplitSource) -> Columns:
         raise NotImplementedError
 
     def _encode(self, columns: Columns, where: str) -> Any:
         raise NotImplementedError
 
+    def _encode_once(self, columns: Columns, where: str, split: str) -> Any:
+        """:meth:`_encode`, served from the tokenization cache when one is configured."""
+        if self.token_cache_dir is None:
+            return self._encode(columns, where)
+        from bench.features import tokenizer_digest
+        from bench.token_cache import cached_encode, columns_digest
+
+        key = {
+            "module": type(self).__name__,
+            "tokenizer": tokenizer_digest(self.tokenizer),
+            "max_length": self.max_length,
+            "columns": columns_digest(columns),
+        }
+        return cached_encode(Path(self.token_cache_dir), self.spec.name, split, key,
+                             self.encoded_type, lambda: self._encode(columns, where))  # fmt: skip
+
     def _keep_dev(self, name: str, columns: Columns) -> None:
         """Hook: keep more of an evaluation split than its labels."""
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _batch(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Collate examples; cached hidden states (``states``) are padded alongside."""
+        if not items or "states" not in items[0]:
+            return self._collate(items)
+        from bench.features import pad_states
+
+        batch = self._collate([{k: v for k, v in it.items() if k != "states"} for it in items])
+        batch["cached_states"] = pad_states([it["states"] for it in items])  # (B, T, n, H)
+        return batch
 
     def setup(self, stage: str | None = None) -> None:
         """Load, subset and tokenize every split (once)."""
@@ -208,21 +245,28 @@ class SplitLoaders(L.LightningDataModule):
         where = f"{self.spec.name} train"
         train = subset(self._load(self.spec.train), self.train_size, self.data_seed, where)
         self.train_labels = list(train["label"])
-        self.train = self._encode(train, where)
+        self.train = self._encode_once(train, where, "train")
         for name, source in self.spec.dev.items():
             columns = self._load(source)
             self.dev_labels[name] = list(columns["label"])
             self._keep_dev(name, columns)
-            self.dev[name] = self._encode(columns, f"{self.spec.name} {name}")
+            self.dev[name] = self._encode_once(columns, f"{self.spec.name} {name}", name)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches (order from the global seed)."""
+        """Shuffled training batches (order from the global seed), length-grouped if asked."""
         assert self.train is not None, "call setup() first"
+        sampler = None
+        if self.group_by_length:
+            from transformers.trainer_pt_utils import LengthGroupedSampler
+
+            lengths = [len(self.train[i]["input_ids"]) for i in range(len(self.train))]
+            sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
         return DataLoader(
             self.train,  # type: ignore[arg-type]
             batch_size=self.batch_size,
-            shuffle=True,
-            collate_fn=self._collate,
+            shuffle=sampler is None,
+            sampler=sampler,
+            collate_fn=self._batch,
             num_workers=self.num_workers,
         )
 
@@ -233,7 +277,7 @@ class SplitLoaders(L.LightningDataModule):
                 self.dev[name],  # type: ignore[arg-type]
                 batch_size=self.eval_batch_size,
                 shuffle=False,
-                collate_fn=self._collate,
+                collate_fn=self._batch,
                 num_workers=self.num_workers,
             )
             for name in self.dev_names

@@ -41,12 +41,14 @@ TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
     "optim.weight_decay": (NUMBER, 0),
     "optim.warmup_ratio": (NUMBER, 0),
     "optim.adam_eps": (NUMBER, 0),
+    "optim.fused": ((bool,), None),
+    "data.group_by_length": ((bool,), None),
 }
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved for padding
 
 
 def _type_names(types: tuple[type | None, ...]) -> str:
-    names = {int: "an integer", float: "a number", None: "null"}
+    names = {int: "an integer", float: "a number", bool: "true or false", None: "null"}
     return " or ".join(names.get(t, getattr(t, "__name__", str(t))) for t in types)
 
 
@@ -60,10 +62,13 @@ def check_types(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default="__absent__")
         if value == "__absent__":
             continue
-        ok = (value is None and None in types) or (
-            not isinstance(value, bool)
-            and any(t is not None and isinstance(value, t) for t in types)
-        )
+        if types == (bool,):
+            ok = isinstance(value, bool)
+        else:
+            ok = (value is None and None in types) or (
+                not isinstance(value, bool)
+                and any(t is not None and isinstance(value, t) for t in types)
+            )
         if not ok:
             raise ConfigError(f"{key}={value!r}: must be {_type_names(types)}")
         if value is not None and lower is not None and value < lower:

@@ -167,6 +167,8 @@ class TokenDataModule(SplitLoaders):
     task's ``dev`` mapping (``dev`` selects the best epoch, ``test`` is reported there).
     """
 
+    encoded_type = TokenEncoded
+
     def __init__(self, spec: TokenTaskSpec, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(spec, prepare_tokenizer(tokenizer), *args, **kwargs)
         self.dev_tokens: dict[str, list[list[str]]] = {}

@@ -46,6 +46,9 @@ _HASHED_KEYS = (
     "trainer",
 )
 _UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
+# Keys added after results were committed: hashed only when they differ from the old behaviour,
+# so existing cells keep their hashes. (`cache.*` is not hashed at all: see bench/features.py.)
+_HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused": False}}
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:
@@ -87,6 +90,12 @@ def config_hash(cfg: DictConfig) -> str:
     for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
         data.pop(key, None)
     hashed["data"] = data
+    for section, defaults in _HASHED_UNLESS_DEFAULT.items():
+        part = dict(hashed[section] or {})
+        for key, default in defaults.items():
+            if part.get(key, default) == default:
+                part.pop(key, None)
+        hashed[section] = part
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -127,8 +136,10 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
 
     from bench.data import GlueDataModule
     from bench.encoders import load_tokenizer
+    from bench.features import attach_cache, cache_dir
     from bench.module import HeadbenchModule
     from bench.ner_metrics import majority_baseline as ner_majority_baseline
+    from bench.timing import TrainLoopTimer
     from bench.token_data import TokenDataModule, write_word_predictions
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -149,6 +160,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         batch_size=int(cfg.data.batch_size),
         eval_batch_size=int(cfg.data.eval_batch_size),
         num_workers=int(cfg.data.num_workers),
+        group_by_length=bool(cfg.data.get("group_by_length", False)),
+        token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
     )
     module = HeadbenchModule(
         encoder=plain["encoder"],
@@ -169,6 +182,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
     }
+    result["cache"] = attach_cache(module, datamodule, plain.get("cache"))
     baseline = ner_majority_baseline if token_task else majority_baseline
     result["baseline"] = {
         name: baseline(spec, datamodule.train_labels, labels)  # type: ignore[arg-type]
@@ -177,8 +191,10 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
+    timer = TrainLoopTimer()
     trainer = L.Trainer(
         **trainer_kwargs,
+        callbacks=[timer],
         default_root_dir=run_dir,
         logger=_loggers(run_dir),
         enable_checkpointing=False,
@@ -193,6 +209,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         trainer.fit(module, datamodule=datamodule)
     finally:
         result["train_time_s"] = time.perf_counter() - started
+        result["throughput"] = timer.summary()
         result["history"] = module.history
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}

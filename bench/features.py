@@ -1,0 +1,515 @@
+"""The on-disk cache of frozen hidden states, keyed by everything that changes them.
+
+For a ``frozen`` cell the encoder runs once per split (train and every evaluation split)
+and the head trains on the cached states with no encoder forward at all. For ``top_k``
+the cache holds the output of the last frozen layer and only the top k layers run.
+
+Storage: one safetensors file per (encoder weights, tokenizer, task, split, subset,
+max_length, layers, dtype); float32 by default, float16 or bfloat16 on request. Token
+states are stored without padding: ``states`` is (total tokens, n_layers, H), concatenated
+example after example, and ``index`` holds each example's ``[start, length]`` rows. The
+file name is a content hash of the key, which includes a hash of the encoder's weights and
+of the encoded inputs, so a changed key can never be served stale states. Files are
+written to a temp file in the same directory and published with ``os.replace``; a
+``filelock`` lock per entry makes concurrent processes of one sweep compute an entry once.
+A damaged (e.g. truncated) file fails validation and is rebuilt, never read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from filelock import FileLock
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
+
+from bench.encoders import transformer_layers
+from bench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+#: ``cache.dtype`` default. float32 reproduced the uncached scores of all 32 cells of
+#: ``python -m bench.perf``; float16 halves disk and memory but moved 9 of them by 1-3 dev
+#: examples (rounding ~5e-4 relative, amplified by training), so it is opt-in.
+DEFAULT_DTYPE = "float32"
+#: Model families whose transformer layers :func:`run_top_layers` can drive directly.
+PARTIAL_FAMILIES = ("bert", "roberta")
+ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def cache_dir(cfg: dict[str, Any] | None, kind: str) -> Path | None:
+    """A cache directory: ``<cache.dir or $HEADBENCH_CACHE>/<kind>``; None if disabled.
+
+    Args:
+        cfg: The ``cache`` config (``enabled``, ``dir``); None = defaults.
+        kind: ``features`` or ``tokenized``.
+    """
+    cfg = dict(cfg or {})
+    if not cfg.get("enabled", True):
+        return None
+    if cfg.get("dir"):
+        return Path(cfg["dir"]) / kind
+    from bench.tiny import cache_root
+
+    return cache_root() / kind
+
+
+def tensor_digest(tensors: dict[str, Tensor]) -> str:
+    """Content hash (sha256) of named tensors: names, dtypes, shapes and bytes."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def weights_digest(module: nn.Module) -> str:
+    """Content hash of a module's parameters and buffers (its ``state_dict``)."""
+    return tensor_digest(dict(module.state_dict()))
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """Content hash of a tokenizer: its class, vocabulary/rules and special tokens."""
+    h = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # without the call-time truncation/padding state the last call left
+        spec = {k: v for k, v in json.loads(backend.to_str()).items()
+                if k not in ("truncation", "padding")}  # fmt: skip
+        h.update(json.dumps(spec, sort_keys=True).encode())
+    else:  # a slow tokenizer: the vocabulary is what defines it
+        h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    h.update(json.dumps(getattr(tokenizer, "special_tokens_map", {}), sort_keys=True).encode())
+    h.update(str(getattr(tokenizer, "padding_side", "right")).encode())
+    return h.hexdigest()
+
+
+def inputs_digest(examples: Sequence[dict[str, Any]]) -> str:
+    """Content hash of a split's encoder inputs (ids, token types, lengths), in order."""
+    h = hashlib.sha256()
+    for key in ENCODER_KEYS:
+        if key not in examples[0]:
+            continue
+        lengths = np.array([len(ex[key]) for ex in examples], dtype=np.int64)
+        flat = np.concatenate([np.asarray(ex[key], dtype=np.int64) for ex in examples])
+        h.update(key.encode())
+        h.update(lengths.tobytes())
+        h.update(flat.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class FeatureKey:
+    """Everything that changes a split's cached states.
+
+    Attributes:
+        encoder: Encoder config name (for humans; identity is ``weights``).
+        weights: Content hash of the encoder's weights.
+        tokenizer: Content hash of the tokenizer.
+        task: Task name.
+        split: Split name (``train``, ``dev``...).
+        train_size: Training subset size (None = all; evaluation splits: None).
+        data_seed: Seed of the subset (evaluation splits: None).
+        max_length: Maximum tokens per example.
+        inputs: Content hash of the encoded inputs (catches any other data change).
+        layers: Hidden-state indices stored (0 = embeddings).
+        dtype: Storage dtype.
+    """
+
+    encoder: str
+    weights: str
+    tokenizer: str
+    task: str
+    split: str
+    train_size: int | None
+    data_seed: int | None
+    max_length: int
+    inputs: str
+    layers: tuple[int, ...]
+    dtype: str
+
+    def digest(self) -> str:
+        """Content hash of the key (and the storage format version)."""
+        data = {"format": FORMAT_VERSION, **asdict(self)}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+    def filename(self) -> str:
+        """``<encoder>/<task>/<split>-<digest>.safetensors``."""
+        return f"{self.encoder}/{self.task}/{self.split}-{self.digest()[:32]}.safetensors"
+
+
+@dataclass
+class FlatStates:
+    """A split's token states without padding.
+
+    Attributes:
+        states: (total tokens, n_layers, H), examples concatenated.
+        index: (N, 2) int64: each example's ``[start, length]`` in ``states``.
+    """
+
+    states: Tensor
+    index: Tensor
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    def example(self, i: int) -> Tensor:
+        """States of example ``i``: (T_i, n_layers, H), a view."""
+        start, length = (int(v) for v in self.index[i])
+        return self.states[start : start + length]
+
+    def check(self, n_examples: int, n_layers: int) -> None:
+        """Raise ``ValueError`` unless the arrays are consistent with the key."""
+        s, idx = self.states, self.index
+        if s.dim() != 3 or s.shape[1] != n_layers:
+            raise ValueError(f"states shape {tuple(s.shape)}, expected (*, {n_layers}, H)")
+        if idx.shape != (n_examples, 2):
+            raise ValueError(f"index shape {tuple(idx.shape)}, expected ({n_examples}, 2)")
+        if n_examples and (int(idx[:, 0].min()) < 0 or int((idx[:, 0] + idx[:, 1]).max()) > len(s)):
+            raise ValueError("index points outside the states")
+
+
+class FeatureStore:
+    """A directory of cached split states, safe to share between processes.
+
+    Args:
+        root: The cache directory (created on demand).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def path(self, key: FeatureKey) -> Path:
+        """Where the entry of ``key`` lives."""
+        return self.root / key.filename()
+
+    def load(self, key: FeatureKey, n_examples: int) -> FlatStates | None:
+        """Read a valid entry, or None if it is missing or damaged (a damaged one is removed)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            tensors = load_file(path)
+            flat = FlatStates(tensors["states"], tensors["index"])
+            flat.check(n_examples, len(key.layers))
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as handle:
+                meta = handle.metadata() or {}
+            if meta.get("key_digest") != key.digest():
+                raise ValueError("key digest in the file does not match")
+        except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as err:
+            log.warning("feature cache entry %s is damaged (%s); rebuilding it", path, err)
+            path.unlink(missing_ok=True)
+            return None
+        return flat
+
+    def save(self, key: FeatureKey, flat: FlatStates) -> Path:
+        """Publish an entry atomically (temp file in the same directory, fsync, rename)."""
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            meta = {"key_digest": key.digest(), "key": json.dumps(asdict(key))}
+            save_file(
+                {"states": flat.states.contiguous(), "index": flat.index.contiguous()},
+                tmp,
+                metadata=meta,
+            )
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def get_or_build(
+        self, key: FeatureKey, n_examples: int, build: Callable[[], FlatStates]
+    ) -> tuple[FlatStates, bool]:
+        """Return the entry of ``key``, building it under a lock if needed.
+
+        Args:
+            key: The entry's key.
+            n_examples: Examples the entry must hold (validation).
+            build: Computes the states on a miss.
+
+        Returns:
+            ``(states, hit)``: ``hit`` is False when this call built the entry.
+        """
+        flat = self.load(key, n_examples)
+        if flat is not None:
+            return flat, True
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            flat = self.load(key, n_examples)  # another process may have built it meanwhile
+            if flat is not None:
+                return flat, True
+            flat = build()
+            flat.check(n_examples, len(key.layers))
+            self.save(key, flat)
+        return flat, False
+
+
+@torch.no_grad()
+def encode_split(
+    encoder: nn.Module,
+    collate: Callable[[list[dict[str, Any]]], dict[str, Tensor]],
+    examples: Sequence[dict[str, Any]],
+    layers: Sequence[int],
+    batch_size: int,
+    dtype: torch.dtype,
+) -> FlatStates:
+    """Run the encoder once over a split and keep the chosen layers' unpadded states.
+
+    Examples are encoded in length-sorted batches (little padding); the result is in the
+    split's order.
+
+    Args:
+        encoder: The (frozen, eval-mode) encoder.
+        collate: Pads a list of examples into encoder inputs.
+        examples: The split's encoded examples.
+        layers: Hidden-state indices to keep.
+        batch_size: Examples per forward pass.
+        dtype: Storage dtype.
+
+    Returns:
+        The split's flat states.
+    """
+    modes = {m: m.training for m in encoder.modules()}  # frozen parts stay in eval afterwards
+    home = next(encoder.parameters()).device
+    device = torch.device("cuda") if torch.cuda.is_available() else home
+    encoder.eval().to(device)
+    lengths = np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    pieces: list[Tensor] = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        batch = collate([{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]}
+                         for i in rows])  # fmt: skip
+        inputs = {k: batch[k].to(device) for k in ENCODER_KEYS if k in batch}
+        out = encoder(**inputs, output_hidden_states=True, return_dict=True)
+        stacked = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, T, n, H)
+        kept = stacked[inputs["attention_mask"].bool()]  # (sum T_b, n, H)
+        pieces.append(kept.to(dtype).cpu())
+    encoder.to(home)
+    for m, mode in modes.items():
+        m.training = mode
+    states = torch.cat(pieces) if pieces else torch.empty(0, len(layers), 0, dtype=dtype)
+    index = torch.empty(len(examples), 2, dtype=torch.int64)
+    index[torch.from_numpy(order), 0] = torch.from_numpy(np.cumsum(lengths[order]) - lengths[order])
+    index[:, 1] = torch.from_numpy(lengths)
+    return FlatStates(states, index)
+
+
+class CachedSplit(torch.utils.data.Dataset):
+    """A split's examples with their cached states attached under ``states``.
+
+    Args:
+        examples: The encoded split (indexable, with ``input_ids`` per example).
+        flat: The split's flat states, in the same order.
+    """
+
+    def __init__(self, examples: Any, flat: FlatStates) -> None:
+        lengths = torch.tensor([len(examples[i]["input_ids"]) for i in range(len(examples))])
+        if len(lengths) != len(flat) or not torch.equal(lengths, flat.index[:, 1]):
+            raise ValueError("cached states do not match the split's token counts")
+        self.examples = examples
+        self.flat = flat
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {**self.examples[i], "states": self.flat.example(i)}
+
+    def __getattr__(self, name: str) -> Any:  # n_truncated, words_cut... of the wrapped split
+        if name in ("examples", "flat"):
+            raise AttributeError(name)
+        return getattr(self.examples, name)
+
+
+def pad_states(states: Sequence[Tensor]) -> Tensor:
+    """Pad per-example states (T_i, n, H) on the right into (B, T, n, H) float32."""
+    return pad_sequence(list(states), batch_first=True).float()
+
+
+@dataclass
+class FeaturePlan:
+    """How a module turns cached states into the head's hidden states.
+
+    Attributes:
+        layers: Hidden-state indices held in the cache, in storage order.
+        num_layers: The encoder's depth L.
+        start: For ``top_k``: index of the cached last frozen layer (L - k), from which
+            the top k layers run; None for ``frozen``.
+    """
+
+    layers: list[int]
+    num_layers: int
+    start: int | None = None
+
+    def hidden_states(
+        self, encoder: nn.Module, cached: Tensor, attention_mask: Tensor
+    ) -> list[Tensor | None]:
+        """All L + 1 hidden states the head may read (None where nothing is needed).
+
+        Args:
+            encoder: The encoder (only its top layers run, for ``top_k``).
+            cached: (B, T, n_layers, H) states from the cache.
+            attention_mask: (B, T).
+
+        Returns:
+            A list indexed like ``output.hidden_states``.
+        """
+        out: list[Tensor | None] = [None] * (self.num_layers + 1)
+        for j, i in enumerate(self.layers):
+            out[i] = cached[:, :, j]  # (B, T, H)
+        if self.start is not None:
+            top = run_top_layers(encoder, cached[:, :, self.layers.index(self.start)],
+                                 attention_mask, self.start)  # fmt: skip
+            out[self.start + 1 :] = top
+        return out
+
+
+def run_top_layers(
+    encoder: nn.Module, hidden: Tensor, attention_mask: Tensor, start: int
+) -> list[Tensor]:
+    """Run the transformer layers above hidden-state index ``start``.
+
+    Args:
+        encoder: A BERT- or RoBERTa-family encoder.
+        hidden: (B, T, H) output of layer ``start`` (hidden-state index).
+        attention_mask: (B, T) padding mask.
+        start: Hidden-state index of ``hidden``.
+
+    Returns:
+        The hidden states ``start + 1 .. L``, each (B, T, H).
+    """
+    from transformers.masking_utils import create_bidirectional_mask
+
+    mask = create_bidirectional_mask(
+        config=encoder.config, inputs_embeds=hidden, attention_mask=attention_mask
+    )
+    out = []
+    for layer in list(transformer_layers(encoder))[start:]:
+        hidden = layer(hidden, mask)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+        out.append(hidden)
+    return out
+
+
+def _plan(module: Any) -> FeaturePlan | None:
+    """The cache plan of a module's freezing strategy, or None if it cannot use one."""
+    report = module.freeze_report
+    head_layers = sorted(set(module.head.select.layers))
+    num_layers = module.encoder_info.num_layers
+    if report.strategy == "frozen":
+        return FeaturePlan(head_layers, num_layers)
+    if report.strategy == "top_k":
+        family = getattr(module.encoder.config, "model_type", "")
+        if family not in PARTIAL_FAMILIES:
+            log.info("no partial feature cache for model type %r; running uncached", family)
+            return None
+        start = num_layers - int(report.k)
+        return FeaturePlan(sorted({start, *(i for i in head_layers if i < start)}),
+                           num_layers, start)  # fmt: skip
+    return None
+
+
+def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> dict[str, Any]:
+    """Serve a set-up data module's splits from the feature cache, if the cell allows it.
+
+    ``frozen`` cells get the head's layers cached and no encoder forward at all; ``top_k``
+    cells get the last frozen layer's output cached and run only the top k layers. Other
+    strategies, and ``cache.enabled=false``, keep the uncached path.
+
+    Args:
+        module: The :class:`~bench.module.HeadbenchModule` (its encoder untrained so far).
+        datamodule: The data module after ``setup()``.
+        cfg: The ``cache`` config (``enabled``, ``dir``, ``dtype``); None = defaults.
+
+    Returns:
+        What happened, for the result file: ``enabled``, ``hits``, ``misses``,
+        ``build_s``, ``layers``, ``dtype``, ``dir``.
+
+    Raises:
+        ConfigError: For an unknown ``cache.dtype``.
+    """
+    cfg = dict(cfg or {})
+    if not cfg.get("enabled", True):
+        return {"enabled": False}
+    plan = _plan(module)
+    if plan is None:
+        return {"enabled": False, "reason": f"not used by freeze={module.freeze_report.strategy}"}
+    dtype_name = str(cfg.get("dtype") or DEFAULT_DTYPE)
+    if dtype_name not in DTYPES:
+        raise ConfigError(f"cache.dtype={dtype_name!r}; valid choices: {', '.join(DTYPES)}")
+    store = FeatureStore(cache_dir(cfg, "features"))  # type: ignore[arg-type]
+    started = time.perf_counter()
+    weights = weights_digest(module.encoder)
+    tokenizer = tokenizer_digest(datamodule.tokenizer)
+    hits, misses = [], []
+    splits = {"train": datamodule.train, **datamodule.dev}
+    for split, examples in splits.items():
+        key = FeatureKey(
+            encoder=module.encoder_info.name,
+            weights=weights,
+            tokenizer=tokenizer,
+            task=datamodule.spec.name,
+            split=split,
+            train_size=datamodule.train_size if split == "train" else None,
+            data_seed=int(datamodule.data_seed) if split == "train" else None,
+            max_length=int(datamodule.max_length),
+            inputs=inputs_digest(examples),
+            layers=tuple(plan.layers),
+            dtype=dtype_name,
+        )
+        flat, hit = store.get_or_build(
+            key,
+            len(examples),
+            lambda examples=examples: encode_split(
+                module.encoder,
+                lambda items: dict(
+                    datamodule.tokenizer.pad(items, padding=True, return_tensors="pt")
+                ),
+                examples,
+                plan.layers,
+                int(datamodule.eval_batch_size),
+                DTYPES[dtype_name],
+            ),
+        )
+        (hits if hit else misses).append(split)
+        cached = CachedSplit(examples, flat)
+        if split == "train":
+            datamodule.train = cached
+        else:
+            datamodule.dev[split] = cached
+    module.feature_plan = plan
+    return {
+        "enabled": True,
+        "hits": hits,
+        "misses": misses,
+        "build_s": time.perf_counter() - started,
+        "layers": plan.layers,
+        "top_from": plan.start,
+        "dtype": dtype_name,
+        "dir": str(store.root),
+    }

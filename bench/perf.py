@@ -1,0 +1,532 @@
+"""Performance benchmark: ``python -m bench.perf`` prints a table and writes ``results/perf.json``.
+
+Everything is measured side by side in one run on this machine (nothing is extrapolated):
+
+1. ``grid``: frozen cells (4 heads x seeds, minilm, SST-2 subset) uncached vs cached —
+   wall time, ratio and scores. The cells run seed-major (seed 1: four heads, seed 2: four
+   heads, ...) and the cumulative wall time after 4, 8, 12, 16, 32 cells is recorded, so
+   the first 12 cells are the issue's 4 heads x 3 seeds grid and the prefixes are the
+   growth grids (part 4). The cached path starts from an empty cache directory.
+2. ``finetune``: one full fine-tuning cell (linear head) with headbench vs the Hugging Face
+   ``Trainer`` on the same model (same encoder + head module), batch size, max length,
+   learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
+   batches); training examples/s (validation excluded) and both dev accuracies.
+3. ``flops``: that cell's achieved training FLOP/s against the measured dense matmul peak
+   (fp32 and bf16) at the same thread count.
+
+Each part is saved to the output file as it finishes (uncached grid cells one by one), and
+a rerun with the same settings skips what is already measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.atomic import atomic_write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = ("linear", "pooler", "last4_concat", "bilstm")
+GRID_MARKS = (4, 8, 12, 16, 32)
+#: Grid paths and their ``cache.dtype`` (None: cache disabled).
+GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    conf = ROOT / "conf"
+    if not conf.is_dir():  # installed wheel: conf ships inside the package
+        conf = Path(__file__).resolve().parent / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _quiet() -> None:
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "bench"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _dev_accuracy(result: dict[str, Any]) -> dict[str, float | None]:
+    history = result.get("history") or [{}]
+    best = (result.get("best") or {}).get("metrics", {}).get("dev", {})
+    return {"final": history[-1].get("dev", {}).get("accuracy"), "best": best.get("accuracy")}
+
+
+# --------------------------------------------------------------------------- part 1 and 4
+
+
+def _grid_cells(n_cells: int) -> list[tuple[str, int]]:
+    seeds = math.ceil(n_cells / len(HEADS))
+    return [(head, seed) for seed in range(1, seeds + 1) for head in HEADS][:n_cells]
+
+
+def _grid_overrides(
+    args: argparse.Namespace, head: str, seed: int, cache: dict[str, Any]
+) -> list[str]:
+    return [
+        f"encoder={args.encoder}",
+        f"head={head}",
+        "freeze=frozen",
+        f"task={args.task}",
+        f"seed={seed}",
+        f"data.train_size={args.train_size}",
+        f"data.max_length={args.max_length}",
+        f"data.batch_size={args.batch_size}",
+        "data.group_by_length=true",
+        f"trainer.max_epochs={args.epochs}",
+        "trainer.log_every_n_steps=50",
+        *[f"cache.{k}={v}" for k, v in cache.items()],
+    ]
+
+
+def _run_cell(overrides: list[str], run_dir: Path) -> dict[str, Any]:
+    from bench.train import run
+
+    started = time.perf_counter()
+    result = run(_compose(overrides), run_dir)
+    return {
+        "status": result["status"],
+        "reason": result.get("reason"),
+        "wall_s": time.perf_counter() - started,
+        "dev_accuracy": _dev_accuracy(result),
+        "cache": result.get("cache"),
+        "throughput": result.get("throughput"),
+    }
+
+
+def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 1 and 4: uncached vs cached frozen cells, cumulative wall time per grid size."""
+    keys = ("encoder", "task", "train_size", "epochs", "max_length", "batch_size")
+    settings = {k: getattr(args, k) for k in keys}
+    grid = state.setdefault("grid", {})
+    if grid.get("settings") != settings:
+        grid.clear()
+        grid["settings"] = settings
+    cells = _grid_cells(args.grid_cells)
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-"))
+    torch.set_num_threads(args.grid_threads)
+    grid["threads"] = args.grid_threads
+    for path, dtype in GRID_PATHS.items():
+        done = grid.setdefault(path, [])
+        if dtype is not None and len(done) < len(cells):
+            done.clear()  # a cached path is timed from an empty cache in one go
+        for head, seed in cells[len(done) :]:
+            cache = {"enabled": dtype is not None, "dir": work / path / "cache"}
+            if dtype is not None:
+                cache["dtype"] = dtype
+            overrides = _grid_overrides(args, head, seed, cache)
+            cell = _run_cell(overrides, work / path / f"{head}-{seed}")
+            cell.update(head=head, seed=seed, load_avg_1min=os.getloadavg()[0])
+            done.append(cell)
+            print(f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
+                  f"dev acc {cell['dev_accuracy']['final']}", flush=True)  # fmt: skip
+            save()
+    grid["sizes"] = grid_sizes(grid)
+    save()
+
+
+def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """Totals of the first 4, 8, 12, 16, 32 cells of each path (cells measured on all paths).
+
+    ``<path>_encoder_s`` is the time spent in cache lookups and encoder passes on a miss,
+    ``<path>_heads_s`` everything else (loading, head training, evaluation).
+    """
+    paths = [p for p in GRID_PATHS if grid.get(p)]
+    n = min((len(grid[p]) for p in paths), default=0)
+    rows = []
+    for m in (m for m in GRID_MARKS if m <= n):
+        unc = grid["uncached"][:m]
+        row: dict[str, Any] = {"cells": m, "uncached_s": sum(c["wall_s"] for c in unc)}
+        for path in paths[1:]:
+            cac = grid[path][:m]
+            total = sum(c["wall_s"] for c in cac)
+            build = sum((c.get("cache") or {}).get("build_s", 0.0) for c in cac)
+            diffs = [abs(a["dev_accuracy"]["final"] - b["dev_accuracy"]["final"])
+                     for a, b in zip(unc, cac, strict=True)]  # fmt: skip
+            row.update({
+                f"{path}_s": total,
+                f"{path}_encoder_s": build,
+                f"{path}_heads_s": total - build,
+                f"{path}_ratio": row["uncached_s"] / total,
+                f"{path}_same_scores": all(
+                    a["dev_accuracy"] == b["dev_accuracy"] for a, b in zip(unc, cac, strict=True)
+                ),
+                f"{path}_cells_differing": sum(d > 0 for d in diffs),
+                f"{path}_max_abs_acc_diff": max(diffs),
+            })  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- part 2
+
+
+class _EncoderWithHead(torch.nn.Module):
+    """headbench's encoder + head as one module returning ``loss`` and ``logits`` (HF style)."""
+
+    def __init__(self, encoder: torch.nn.Module, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
+        logits = self.head(out.hidden_states, attention_mask)  # (B, C)
+        result = {"logits": logits}
+        if labels is not None:
+            result["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+        return result
+
+
+def _finetune_overrides(args: argparse.Namespace) -> list[str]:
+    return [
+        f"encoder={args.encoder}",
+        "head=linear",
+        "freeze=full",
+        f"task={args.task}",
+        f"seed={args.seed}",
+        f"data.train_size={args.ft_train_size}",
+        f"data.max_length={args.max_length}",
+        f"data.batch_size={args.batch_size}",
+        "data.group_by_length=true",
+        f"trainer.max_epochs={args.ft_epochs}",
+        "trainer.log_every_n_steps=50",
+        "optim.head_lr=${optim.encoder_lr}",  # one learning rate, as the HF Trainer uses
+        "optim.fused=true",  # fused AdamW, as the HF Trainer's default optimizer
+    ]
+
+
+def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str, Any]:
+    import numpy as np
+    from datasets import Dataset
+    from omegaconf import OmegaConf
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from bench.data import GlueDataModule
+    from bench.encoders import load_encoder, load_tokenizer
+    from bench.heads import build_head
+    from bench.tasks import get_task
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    spec = get_task(plain["task"]["name"])
+    tokenizer = load_tokenizer(plain["encoder"])
+    dm = GlueDataModule(spec, tokenizer, data_dir=plain["data"]["dir"],
+                        train_size=args.ft_train_size, data_seed=int(plain["data_seed"]),
+                        max_length=args.max_length, batch_size=args.batch_size,
+                        eval_batch_size=int(plain["data"]["eval_batch_size"]))  # fmt: skip
+    dm.setup("fit")
+
+    def to_dataset(examples: Any) -> Dataset:
+        rows = [{k: v for k, v in ex.items() if k != "idx"} for ex in examples.examples]
+        for row in rows:
+            row["length"] = len(row["input_ids"])
+        return Dataset.from_list(rows)
+
+    set_seed(args.seed)
+    encoder, info = load_encoder(plain["encoder"])
+    encoder.pooler = None
+    head = build_head(plain["head"], info.hidden_size, info.num_layers, spec.num_labels)
+    model = _EncoderWithHead(encoder, head)
+    optim = plain["optim"]
+    targs = TrainingArguments(
+        output_dir=str(work / "hf"),
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=int(plain["data"]["eval_batch_size"]),
+        learning_rate=float(optim["encoder_lr"]),
+        weight_decay=float(optim["weight_decay"]),
+        adam_beta1=float(optim["betas"][0]),
+        adam_beta2=float(optim["betas"][1]),
+        adam_epsilon=float(optim["adam_eps"]),
+        warmup_steps=float(optim["warmup_ratio"]),
+        lr_scheduler_type="linear",
+        num_train_epochs=args.ft_epochs,
+        max_grad_norm=float(plain["trainer"]["gradient_clip_val"]),
+        train_sampling_strategy="group_by_length",
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+    def accuracy(pred: Any) -> dict[str, float]:
+        logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+        return {"accuracy": float((np.argmax(logits, axis=-1) == pred.label_ids).mean())}
+
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=to_dataset(dm.train),
+        eval_dataset=to_dataset(dm.dev["dev"]),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=accuracy,
+    )
+    out = trainer.train()
+    dev = trainer.evaluate()
+    n = len(dm.train) * args.ft_epochs
+    return {
+        "train_runtime_s": out.metrics["train_runtime"],
+        "examples": n,
+        "examples_per_s": n / out.metrics["train_runtime"],
+        "dev_accuracy": dev["eval_accuracy"],
+    }
+
+
+def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 2: headbench vs the HF Trainer on one full fine-tuning cell; part 3's FLOP count."""
+    keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
+    settings = {k: getattr(args, k) for k in (*keys, "threads")}
+    part = state.setdefault("finetune", {})
+    if part.get("settings") != settings:
+        part.clear()
+        part["settings"] = settings
+    torch.set_num_threads(args.threads)
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
+    overrides = _finetune_overrides(args)
+    order = ("hf_trainer", "headbench") if args.hf_first else ("headbench", "hf_trainer")
+    if args.ft_only:  # one framework per process, so neither inherits the other's process state
+        order = (args.ft_only,)
+    for name in order:
+        if name in part:
+            continue
+        if name == "headbench":
+            part[name] = _run_cell(overrides, work / "headbench")
+        else:
+            part[name] = _hf_trainer_cell(args, _compose(overrides), work)
+        part[name]["torch_threads"] = torch.get_num_threads()
+        part[name]["load_avg_1min"] = os.getloadavg()[0]
+        print(f"[finetune {name}] {part[name]}", flush=True)
+        save()
+    part.setdefault("order", []).extend(n for n in order if n not in part["order"])
+    if "headbench" in part:
+        part["flops"] = training_flops(args, part["headbench"]["throughput"])
+    if "headbench" in part and "hf_trainer" in part:
+        hb, hf = part["headbench"], part["hf_trainer"]
+        part["speedup"] = hb["throughput"]["examples_per_s"] / hf["examples_per_s"]
+    save()
+
+
+def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict[str, Any]:
+    """FLOPs of a fine-tuning run from the model shape and the real (padded) token counts.
+
+    Formula (forward 2 FLOPs per multiply-add, backward twice the forward):
+    ``6 * N * sum(B*T) + 12 * L * H * sum(B*T^2)``, N = weights of the transformer layers'
+    matrices (QKV, output, FFN), L layers, H width, T the padded length of each batch. The
+    second term is attention (QK^T and AV). Embedding lookups, norms and the head are left out.
+    """
+    from bench.encoders import load_encoder, transformer_layers
+
+    encoder, info = load_encoder({"name": args.encoder, **_encoder_cfg(args.encoder)})
+    n = sum(
+        m.weight.numel()
+        for layer in transformer_layers(encoder)
+        for m in layer.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    L_, H = info.num_layers, info.hidden_size
+    flops = 6 * n * throughput["padded_tokens"] + 12 * L_ * H * throughput["padded_tokens_sq"]
+    seconds = throughput["train_loop_s"]
+    return {
+        "formula": "6*N*sum(B*T) + 12*L*H*sum(B*T^2)",
+        "N_matrix_weights": n,
+        "L": L_,
+        "H": H,
+        "sum_BT": throughput["padded_tokens"],
+        "sum_BT2": throughput["padded_tokens_sq"],
+        "real_tokens": throughput["tokens"],
+        "flops": flops,
+        "seconds": seconds,
+        "flop_per_s": flops / seconds,
+    }
+
+
+def _encoder_cfg(name: str) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(ROOT / "conf" / "encoder" / f"{name}.yaml")
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- part 3
+
+
+def matmul_peak(dtype: torch.dtype, n: int, seconds: float = 3.0) -> float:
+    """Measured dense matmul FLOP/s: (n x n) @ (n x n) repeated for about ``seconds``."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)  # warm-up
+    reps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        torch.mm(a, b)
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - started)
+
+
+def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 3: matmul peak (fp32, bf16) at the fine-tuning cell's thread count, and the fraction."""
+    torch.set_num_threads(args.threads)
+    peak = {name: matmul_peak(dtype, args.matmul_n)
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
+    part = {"threads": args.threads, "matmul_n": args.matmul_n, "peak_flop_per_s": peak}
+    achieved = (state.get("finetune") or {}).get("flops")
+    if achieved:
+        part["fraction_of_fp32_peak"] = achieved["flop_per_s"] / peak["fp32"]
+        part["fraction_of_bf16_peak"] = achieved["flop_per_s"] / peak["bf16"]
+    state["flops"] = part
+    save()
+
+
+# --------------------------------------------------------------------------- output
+
+
+def table(state: dict[str, Any]) -> str:
+    """The measured figures as Markdown: the frozen grids, then fine-tuning and FLOP/s."""
+    lines = []
+    grid = state.get("grid") or {}
+    rows = grid_sizes(grid)
+    if rows:
+        st = grid["settings"]
+        lines += [
+            f"Frozen grids ({st['encoder']}, {st['task']} {st['train_size']}-example subset, "
+            f"{st['epochs']} epochs, max length {st['max_length']}, batch {st['batch_size']}, "
+            f"{grid.get('threads')} thread; 4 heads x seeds; cumulative wall time of the "
+            "first N cells of one sweep, each path from an empty cache):",
+            "",
+            "| cells | uncached | cached fp16 (x faster) | cached fp32 (x faster) "
+            "| cached fp32: encoder + rest | cells whose dev accuracy differs: fp16 / fp32 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['cells']} | {r['uncached_s']:.0f} s "
+                f"| {r['cached_s']:.0f} s ({r['cached_ratio']:.1f}x) "
+                f"| {r['cached_fp32_s']:.0f} s ({r['cached_fp32_ratio']:.1f}x) "
+                f"| {r['cached_fp32_encoder_s']:.0f} s + {r['cached_fp32_heads_s']:.0f} s "
+                f"| {r['cached_cells_differing']} (max {100 * r['cached_max_abs_acc_diff']:.2f} "
+                f"points) / {r['cached_fp32_cells_differing']} |"
+            )
+        lines.append("")
+    ft = state.get("finetune") or {}
+    fl = state.get("flops") or {}
+    if "speedup" in ft:
+        st, hb, hf = ft["settings"], ft["headbench"], ft["hf_trainer"]
+        lines += [
+            f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
+            f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
+            f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
+            f"length-grouped batches, {st['threads']} threads, run order: "
+            f"{' then '.join(ft.get('order', ['headbench', 'hf_trainer']))}):",
+            "",
+            "| measurement | headbench | HF `Trainer` |",
+            "|---|---|---|",
+            f"| training examples/s (validation excluded) | "
+            f"{hb['throughput']['examples_per_s']:.1f} ({ft['speedup']:.2f}x) "
+            f"| {hf['examples_per_s']:.1f} |",
+            f"| dev accuracy after the last epoch | {100 * hb['dev_accuracy']['final']:.1f} "
+            f"| {100 * hf['dev_accuracy']:.1f} |",
+        ]
+    if fl and ft.get("flops"):
+        f, peak = ft["flops"], fl["peak_flop_per_s"]
+        lines += [
+            f"| achieved training FLOP/s ({f['formula']}) | {f['flop_per_s'] / 1e9:.1f} G "
+            f"= {100 * fl['fraction_of_fp32_peak']:.0f}% of fp32 peak | |",
+            f"| measured matmul peak, {fl['threads']} threads, n={fl['matmul_n']}: fp32 / bf16 "
+            f"| {peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G | |",
+        ]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("results/perf.json"))
+    p.add_argument(
+        "--parts",
+        default="grid,finetune,flops",
+        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3)",
+    )
+    p.add_argument("--encoder", default="minilm")
+    p.add_argument("--task", default="sst2")
+    p.add_argument("--train-size", type=int, default=2000, help="grid cells' training subset")
+    p.add_argument("--epochs", type=int, default=3, help="grid cells' epochs")
+    p.add_argument("--grid-cells", type=int, default=32, help="cells per path (4 heads x seeds)")
+    p.add_argument("--grid-threads", type=int, default=1, help="torch threads for the grid")
+    p.add_argument("--ft-train-size", type=int, default=2000)
+    p.add_argument("--ft-epochs", type=int, default=3)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch threads for fine-tuning and the matmul peak (default: all cores)",
+    )
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hf-first", action="store_true", help="time the HF Trainer before headbench")
+    p.add_argument(
+        "--ft-only",
+        choices=("headbench", "hf_trainer"),
+        help="time only this framework in this process (run the other one next)",
+    )
+    p.add_argument("--matmul-n", type=int, default=2048)
+    return p  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the chosen parts, saving each as it finishes, then print the table."""
+    args = _parser().parse_args(argv)
+    _quiet()
+    state: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    state["machine"] = {
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+
+    def save() -> None:
+        state["table"] = table(state)
+        atomic_write_json(args.out, state)
+
+    parts = {"grid": run_grid, "finetune": run_finetune, "flops": run_flops,
+             "table": lambda *_: None}  # fmt: skip
+    for name in args.parts.split(","):
+        if name not in parts:
+            raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")
+        started = time.perf_counter()
+        parts[name](args, state, save)
+        state.setdefault("part_seconds", {})[name] = time.perf_counter() - started
+        state.setdefault("load_avg_1min_after", {})[name] = os.getloadavg()[0]
+        save()
+    print(table(state))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Training-loop time and work of a cell, validation excluded (for throughput and FLOP/s)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+
+
+class TrainLoopTimer(L.Callback):
+    """Time the training epochs without their validation, and count what they processed.
+
+    Counts examples, real tokens (attention mask), padded tokens ``sum(B * T)`` and
+    ``sum(B * T**2)`` (what attention costs), so FLOPs follow from the model shape.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.examples = 0
+        self.tokens = 0
+        self.padded_tokens = 0
+        self.padded_tokens_sq = 0
+        self.batches = 0
+        self._since: float | None = None
+
+    def _open(self) -> None:
+        self._since = time.perf_counter()
+
+    def _close(self) -> None:
+        if self._since is not None:
+            self.seconds += time.perf_counter() - self._since
+            self._since = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start timing the epoch."""
+        self._open()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Pause while validating."""
+        self._close()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Resume if validation ran inside a training epoch."""
+        if trainer.training:
+            self._open()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop timing the epoch."""
+        self._close()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Count the batch's examples and tokens."""
+        mask = batch["attention_mask"]  # (B, T)
+        b, t = mask.shape
+        self.batches += 1
+        self.examples += b
+        self.tokens += int(mask.sum())
+        self.padded_tokens += b * t
+        self.padded_tokens_sq += b * t * t
+
+    def summary(self) -> dict[str, float | int]:
+        """Seconds, counts and examples per second of the training loop."""
+        return {
+            "train_loop_s": self.seconds,
+            "batches": self.batches,
+            "examples": self.examples,
+            "tokens": self.tokens,
+            "padded_tokens": self.padded_tokens,
+            "padded_tokens_sq": self.padded_tokens_sq,
+            "examples_per_s": self.examples / self.seconds if self.seconds else None,
+        }
