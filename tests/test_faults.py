@@ -275,3 +275,36 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
         assert from_b or 0.123 not in csv_values  # one sweep's table, not a mix
         assert len(read_history(out)) > 0
         assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tmp_path):
+    body = (
+        "import torch\n"
+        "from bench.features import FeatureKey, FeatureStore, FlatStates\n"
+        "key = FeatureKey('enc', 'w', 't', 'sst2', 'train', 2, 0, 16, 'in', (4,), 'float32')\n"
+        f"store = FeatureStore({str(tmp_path / 'cache')!r})\n"
+        "store.save(key, FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]])))\n"
+    )
+    script = KILL_BEFORE_PUBLISH.format(root=str(ROOT), body=body)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    import torch
+
+    from bench.features import FeatureKey, FeatureStore, FlatStates
+
+    key = FeatureKey("enc", "w", "t", "sst2", "train", 2, 0, 16, "in", (4,), "float32")
+    store = FeatureStore(tmp_path / "cache")
+    assert not store.path(key).exists() and store.load(key, 2) is None  # nothing served
+    leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert leftovers and all(n.startswith(".") and n.endswith(".tmp") for n in leftovers)
+    built = FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]]))
+    flat, hit = store.get_or_build(key, 2, lambda: built)  # the next cell builds it
+    assert hit is False and torch.equal(flat.states, built.states)
