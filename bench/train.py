@@ -169,7 +169,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     _check_max_length(int(cfg.data.max_length), module.encoder_info)
     result["encoder_info"] = module.encoder_info.to_dict()
     result["params"] = module.parameter_counts()
-    result["learning_rates"] = {"encoder": plain["optim"]["encoder_lr"], "head": module.head_lr}
+    result["learning_rates"] = module.learning_rates()
+    result["adaptation"] = module.adaptation.record
     datamodule.setup("fit")
     assert datamodule.train is not None
     result["data"] = {
@@ -201,6 +202,9 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     finally:
         result["train_time_s"] = time.perf_counter() - started
         result["history"] = module.history
+        # trainable parameters at the start and at every change; params: the maximum
+        result["trainable_params_history"] = module.adaptation.trainable_history
+        result["params"] = module.parameter_counts()
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
     if token_task:
