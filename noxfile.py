@@ -46,7 +46,7 @@ def quick(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (excludes `slow` and `network` tests unless -m is passed)."""
-    _install(session, "[dev]")
+    _install(session, "[dev,lora]")  # lora: the LoRA tests need peft
     session.run("pytest", *session.posargs, env=_env())
 
 
