@@ -57,7 +57,7 @@ def _chromium(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (excludes `slow` and `network` tests unless -m is passed)."""
-    _install(session, "[dev]")
+    _install(session, "[dev,lora]")  # lora: the LoRA tests need peft
     _chromium(session)
     session.run("pytest", *session.posargs, env=_env())
 

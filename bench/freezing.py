@@ -14,7 +14,9 @@ from torch import nn
 from bench.encoders import embedding_module, transformer_layers
 from bench.errors import ConfigError
 
-STRATEGIES = ("frozen", "full", "top_k", "embeddings")
+STRATEGIES = ("frozen", "full", "top_k", "embeddings", "bitfit")
+# Strategies built on top of these (bench.adaptation): phases, per-layer LRs, re-init, LoRA.
+ADAPTIVE_STRATEGIES = ("lpft", "gradual", "llrd", "reinit_top", "lora")
 
 
 @dataclass
@@ -54,8 +56,9 @@ def apply_freezing(encoder: nn.Module, strategy: str, k: int | None = None) -> F
     Args:
         encoder: A Hugging Face encoder (all parameters trainable on entry).
         strategy: ``frozen`` (nothing trains), ``full`` (everything trains), ``top_k``
-            (only the top ``k`` transformer layers train) or ``embeddings`` (everything
-            but the embedding block trains).
+            (only the top ``k`` transformer layers train), ``embeddings`` (everything
+            but the embedding block trains) or ``bitfit`` (only the encoder's bias terms
+            train, Ben Zaken et al. 2022; the encoder stays in train mode).
         k: Number of trainable top layers for ``top_k``.
 
     Returns:
@@ -87,10 +90,15 @@ def apply_freezing(encoder: nn.Module, strategy: str, k: int | None = None) -> F
         for layer in list(layers)[len(layers) - k :]:
             for param in layer.parameters():
                 param.requires_grad_(True)
+    elif strategy == "bitfit":
+        # Every bias term trains (attention, feed-forward, LayerNorm); weights stay frozen.
+        # No sub-module is wholly frozen, so none is held in eval mode.
+        for name, param in encoder.named_parameters():
+            param.requires_grad_(name == "bias" or name.endswith(".bias"))
     else:
         raise ConfigError(
             f"unknown freezing strategy {strategy!r} (freeze.name); "
-            f"valid choices: {', '.join(STRATEGIES)}"
+            f"valid choices: {', '.join(STRATEGIES + ADAPTIVE_STRATEGIES)}"
         )
     for module in frozen:
         _freeze(module)

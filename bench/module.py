@@ -16,10 +16,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from bench.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.encoders import load_encoder, pooler_weights
 from bench.errors import DivergedError, EncoderError
 from bench.features import FeaturePlan
-from bench.freezing import apply_freezing
+from bench.freezing import FreezeReport
 from bench.heads import TokenHead, build_head, build_token_head, count_parameters
 from bench.metrics import build_metrics, finite_or_none
 from bench.ner_metrics import score_ids
@@ -34,7 +35,8 @@ class HeadbenchModule(L.LightningModule):
     Args:
         encoder: The ``encoder`` config group (``name``, ``source``, ``pooler``...).
         head: The ``head`` config group (``name`` plus head options).
-        freeze: The ``freeze`` config group (``name``, ``k`` for ``top_k``).
+        freeze: The ``freeze`` config group (``name`` plus the strategy's keys; see
+            :mod:`bench.adaptation`).
         task: Task name.
         optim: ``encoder_lr``, ``head_lr`` (encoder training), ``frozen_head_lr``
             (encoder frozen), ``weight_decay``, ``warmup_ratio``, ``adam_eps``, ``betas``.
@@ -66,7 +68,8 @@ class HeadbenchModule(L.LightningModule):
             self._copy_pretrained_pooler()
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # the head is the only pooler; keeps counts honest
-        self.freeze_report = apply_freezing(self.encoder, freeze["name"], freeze.get("k"))
+        self.adaptation: Adaptation = build_adaptation(self.encoder, freeze)
+        self.encoder = self.adaptation.encoder  # LoRA wraps the model
         self.dev_names = list(dev_names or ["dev"])
         self.metrics = nn.ModuleDict(
             {} if self.is_token else {n: build_metrics(self.spec) for n in self.dev_names}
@@ -90,27 +93,45 @@ class HeadbenchModule(L.LightningModule):
         self.head.load_pretrained_pooler(*pooler_weights(self.encoder))  # type: ignore[operator]
 
     @property
+    def freeze_report(self) -> FreezeReport:
+        """The strategy's current trainable set (phased strategies change it)."""
+        return self.adaptation.report
+
+    @property
     def encoder_frozen(self) -> bool:
         """True when no encoder parameter trains."""
         return self.freeze_report.encoder_trainable == 0
 
     def parameter_counts(self) -> dict[str, int]:
-        """Trainable and total parameters of the encoder, the head and both."""
-        return {
+        """Trainable and total parameters of the encoder, the head and both.
+
+        ``trainable`` and ``encoder_trainable`` are the maximum over training when the
+        trainable set changed (LP-FT, gradual unfreezing): the cost axis.
+        """
+        counts = {
             "encoder_trainable": self.freeze_report.encoder_trainable,
             "encoder_total": self.freeze_report.encoder_total,
             "head": count_parameters(self.head),
             "trainable": count_parameters(self, trainable_only=True),
             "total": count_parameters(self),
         }
+        peak = max(self.adaptation.trainable_history, key=lambda h: h["trainable"], default=None)
+        if peak is not None and peak["trainable"] > counts["trainable"]:
+            counts.update(encoder_trainable=peak["encoder_trainable"], trainable=peak["trainable"])
+        return counts
 
     @property
     def head_lr(self) -> float:
         """The head's learning rate: ``frozen_head_lr`` when the encoder is frozen."""
-        optim = self.hparams["optim"]
-        if self.encoder_frozen:
-            return float(optim.get("frozen_head_lr", optim["head_lr"]))
-        return float(optim["head_lr"])
+        return self.adaptation.head_lr(self.hparams["optim"])
+
+    def learning_rates(self) -> dict[str, Any]:
+        """The learning rates to record: encoder and head, plus the strategy's own."""
+        return self.adaptation.learning_rates(self.hparams["optim"])
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The strategy's stage callback (records trainable counts; unfreezes phases)."""
+        return [StageCallback(self.adaptation)]
 
     def train(self, mode: bool = True) -> HeadbenchModule:
         """Switch modes but keep frozen encoder parts in eval mode (no dropout)."""
@@ -236,30 +257,14 @@ class HeadbenchModule(L.LightningModule):
         return {"idx": idx, "label": labels, "pred": preds}
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over trainable parameters with separate encoder/head learning rates.
+        """AdamW with separate encoder/head learning rates (groups from the strategy).
 
         Matrices decay, biases and norm weights do not (nanoGPT's grouping).
-        Warm-up then linear decay to zero, stepped every optimizer step.
+        Warm-up then linear decay to zero, stepped every optimizer step (LP-FT restarts
+        it for its fine-tuning phase; see :mod:`bench.adaptation`).
         """
-        from transformers import get_linear_schedule_with_warmup
-
         optim = self.hparams["optim"]
-        groups = []
-        for part, module, lr in (
-            ("encoder", self.encoder, optim["encoder_lr"]),
-            ("head", self.head, self.head_lr),
-        ):
-            params = [p for p in module.parameters() if p.requires_grad]
-            decay = [p for p in params if p.dim() >= 2]
-            no_decay = [p for p in params if p.dim() < 2]
-            for suffix, group, wd in (
-                ("decay", decay, optim["weight_decay"]),
-                ("no_decay", no_decay, 0.0),
-            ):
-                if group:
-                    groups.append(
-                        {"params": group, "lr": lr, "weight_decay": wd, "name": f"{part}/{suffix}"}
-                    )
+        groups = self.adaptation.param_groups(self.head, optim)
         betas, eps = tuple(optim.get("betas", (0.9, 0.999))), optim.get("adam_eps", 1e-8)
         # optim.fused: one fused kernel per step (~4x faster than foreach on CPU; the HF
         # Trainer's default). Off by default because it rounds differently, and committed
@@ -271,8 +276,10 @@ class HeadbenchModule(L.LightningModule):
         except RuntimeError:  # a device or torch build without the fused kernel
             optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
         total = int(self.trainer.estimated_stepping_batches)
-        warmup = math.ceil(optim.get("warmup_ratio", 0.0) * total)
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
+        per_epoch = math.ceil(
+            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
+        )
+        scheduler = self.adaptation.scheduler(optimizer, optim, total, per_epoch)
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},

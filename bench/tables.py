@@ -40,7 +40,11 @@ GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson",
                 "spearman": "Spearman"}  # fmt: skip
 HEAD_ORDER = ["linear", "pooler", "pooler-random", "pooler-pretrained", "last4_concat", "bilstm"]
-FREEZE_ORDER = ["frozen", "embeddings", "top_k", "full"]
+# Roughly from the fewest trained parameters to the most (the adaptation strategies of
+# bench.adaptation between the frozen probe and full fine-tuning).
+FREEZE_ORDER = [
+    "frozen", "bitfit", "lora", "lpft", "gradual", "embeddings", "top_k", "llrd", "full"
+]  # fmt: skip
 # The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
 # (dense + tanh + dropout + linear, randomly initialised) with the encoder trained.
 GLUE_REFERENCE_SETTING = ("pooler-random", "full")

@@ -175,7 +175,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
     result["encoder_info"] = module.encoder_info.to_dict()
     result["params"] = module.parameter_counts()
-    result["learning_rates"] = {"encoder": plain["optim"]["encoder_lr"], "head": module.head_lr}
+    result["learning_rates"] = module.learning_rates()
+    result["adaptation"] = module.adaptation.record
     datamodule.setup("fit")
     assert datamodule.train is not None
     result["data"] = {
@@ -211,6 +212,9 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         result["train_time_s"] = time.perf_counter() - started
         result["throughput"] = timer.summary()
         result["history"] = module.history
+        # trainable parameters at the start and at every change; params: the maximum
+        result["trainable_params_history"] = module.adaptation.trainable_history
+        result["params"] = module.parameter_counts()
     assert module.best is not None, "no validation epoch ran"
     result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
     summary = prediction_summary(spec, module.best["predictions"])

@@ -35,7 +35,10 @@ def build(cfg) -> HeadbenchModule:
 def test_the_groups_have_the_promised_options():
     assert set(options("encoder")) == set(OFFLINE_ENCODERS + HUB_ENCODERS)
     assert options("head") == ["bilstm", "last4_concat", "linear", "pooler"]
-    assert options("freeze") == ["embeddings", "frozen", "full", "top_k"]
+    assert options("freeze") == [
+        "bitfit", "embeddings", "frozen", "full", "gradual", "llrd", "lora", "lpft", "reinit_top",
+        "top_k",
+    ]  # fmt: skip
     assert set(options("task")) == set(TASKS) | set(TOKEN_TASKS)
 
 
