@@ -128,7 +128,7 @@ def check_cell(cfg: DictConfig) -> None:
         ConfigError: For a bad value, naming the key and the valid choices.
         EncoderError: For an encoder without model or tokenizer files.
     """
-    from bench.freezing import STRATEGIES
+    from bench.freezing import ADAPTIVE_STRATEGIES, STRATEGIES
     from bench.heads import build_head, build_token_head
     from bench.tasks import ALL_TASKS, get_task
 
@@ -146,10 +146,11 @@ def check_cell(cfg: DictConfig) -> None:
         for key in ("encoder", "head", "freeze", "data")
     }
     encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
-    if freeze.get("name") not in STRATEGIES:
+    strategies = (*STRATEGIES, *ADAPTIVE_STRATEGIES)
+    if freeze.get("name") not in strategies:
         raise ConfigError(
             f"freeze.name={freeze.get('name')!r}: unknown freezing strategy; "
-            f"valid choices: {', '.join(STRATEGIES)}"
+            f"valid choices: {', '.join(strategies)}"
         )
     facts = _encoder_facts(encoder)
     check_max_length(
@@ -159,11 +160,11 @@ def check_cell(cfg: DictConfig) -> None:
         facts["max_positions"],
     )
     layers = facts["num_layers"]
-    if freeze["name"] == "top_k":
+    if freeze["name"] in ("top_k", "reinit_top"):
         k = freeze.get("k")
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= layers:
             raise ConfigError(
-                f"freeze.k={k!r} for top_k; valid values for encoder "
+                f"freeze.k={k!r} for {freeze['name']}; valid values for encoder "
                 f"{encoder['name']!r}: 1..{layers}"
             )
     # The head's own options first: a head/task mismatch is the more basic error.
