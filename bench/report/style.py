@@ -124,7 +124,7 @@ def grid(n: int, columns: int = 3, width: float = 3.6, height: float = 2.9) -> t
     """A figure with ``n`` subplots in rows of ``columns``; returns the figure and its axes."""
     columns = max(1, min(columns, n))
     rows = -(-n // columns)
-    fig = new_figure(width * columns, height * rows + 0.4)
+    fig = new_figure(max(width * columns, 7.5), height * rows + 0.4)  # room for the suptitle
     return fig, [fig.add_subplot(rows, columns, i + 1) for i in range(n)]
 
 
