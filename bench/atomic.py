@@ -19,12 +19,13 @@ def _read_umask() -> int:
 FILE_MODE = 0o666 & ~_read_umask()  # read once, at import: os.umask is process-wide
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
-    """Write a text file atomically: write a temp file beside it, fsync, then rename.
+def atomic_write(path: str | Path, write: Callable[[IO[Any]], None], binary: bool = False) -> Path:
+    """Write a file atomically: write a temp file beside it, fsync, then rename.
 
     Args:
         path: Destination file.
         write: Called with the open temporary file; writes the content.
+        binary: Open the temporary file in binary mode (default: UTF-8 text).
 
     Returns:
         The destination path.
@@ -34,7 +35,8 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; give the usual file mode
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        text = {} if binary else {"encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, "wb" if binary else "w", **text) as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())

@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -32,10 +31,11 @@ import numpy as np
 import torch
 from filelock import FileLock
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 
+from bench.atomic import atomic_write
 from bench.encoders import transformer_layers
 from bench.errors import ConfigError
 
@@ -221,24 +221,10 @@ class FeatureStore:
 
     def save(self, key: FeatureKey, flat: FlatStates) -> Path:
         """Publish an entry atomically (temp file in the same directory, fsync, rename)."""
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            meta = {"key_digest": key.digest(), "key": json.dumps(asdict(key))}
-            save_file(
-                {"states": flat.states.contiguous(), "index": flat.index.contiguous()},
-                tmp,
-                metadata=meta,
-            )
-            with open(tmp, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        meta = {"key_digest": key.digest(), "key": json.dumps(asdict(key))}
+        tensors = {"states": flat.states.contiguous(), "index": flat.index.contiguous()}
+        data = save(tensors, metadata=meta)  # safetensors bytes, published in one rename
+        return atomic_write(self.path(key), lambda handle: handle.write(data), binary=True)
 
     def get_or_build(
         self, key: FeatureKey, n_examples: int, build: Callable[[], FlatStates]

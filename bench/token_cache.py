@@ -14,14 +14,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+
+from bench.atomic import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +64,7 @@ def save_encoded(path: Path, encoded: Any) -> None:
                    if f.name != "examples"},
     }  # fmt: skip
     arrays["meta"] = np.array(json.dumps(meta))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)
 
 
 def load_encoded(path: Path, cls: type[E]) -> E | None:
