@@ -153,6 +153,23 @@ os.replace = die
 {body}
 """
 
+
+def _run_killed_at_rename(body: str, cwd: Path) -> None:
+    """Run ``body`` in a fresh process whose ``os.replace`` kills it; check it was killed."""
+    script = KILL_BEFORE_PUBLISH.format(root=str(ROOT), body=body)
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]  # killed, at the rename
+
+
 WRITERS = {
     "result.json (atomic_write_json)": (
         "result.json",
@@ -183,23 +200,7 @@ def test_a_writer_killed_before_publishing_leaves_the_old_file_intact(tmp_path, 
     out_dir.mkdir()
     out = out_dir / name
     out.write_text("OLD COMPLETE CONTENT\n")
-    script = KILL_BEFORE_PUBLISH.format(
-        root=str(ROOT), body=body.format(out=str(out), tmp=str(tmp_path))
-    )
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == -9, proc.stderr[-2000:]  # killed, at the rename
+    _run_killed_at_rename(body.format(out=str(out), tmp=str(tmp_path)), tmp_path)
     assert out.read_text() == "OLD COMPLETE CONTENT\n"  # readers still see the old file
     leftovers = [p.name for p in out_dir.iterdir() if p.name not in (name, ".collect.lock")]
     assert all(n.startswith(".") and n.endswith(".tmp") for n in leftovers), leftovers
@@ -285,17 +286,7 @@ def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tm
         f"store = FeatureStore({str(tmp_path / 'cache')!r})\n"
         "store.save(key, FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]])))\n"
     )
-    script = KILL_BEFORE_PUBLISH.format(root=str(ROOT), body=body)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    _run_killed_at_rename(body, tmp_path)
     import torch
 
     from bench.features import FeatureKey, FeatureStore, FlatStates
