@@ -10,9 +10,10 @@ Everything is measured side by side in one run on this machine (nothing is extra
 2. ``finetune``: one full fine-tuning cell (linear head) with headbench vs the Hugging Face
    ``Trainer`` on the same model (same encoder + head module), batch size, max length,
    learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
-   batches); training examples/s (validation excluded) and both dev accuracies.
-3. ``flops``: that cell's achieved training FLOP/s against the measured dense matmul peak
-   (fp32 and bf16) at the same thread count.
+   batches); training examples/s (validation excluded) and both dev accuracies. The two
+   alternate in ABBA order (``--ft-repeats`` runs each) and the medians are compared.
+3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
+   the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
 
 Each part is saved to the output file as it finishes (uncached grid cells one by one), and
 a rerun with the same settings skips what is already measured.
@@ -26,6 +27,7 @@ import logging
 import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -146,8 +148,8 @@ def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
     ``<path>_encoder_s`` is the time spent in cache lookups and encoder passes on a miss,
     ``<path>_heads_s`` everything else (loading, head training, evaluation).
     """
-    paths = [p for p in GRID_PATHS if grid.get(p)]
-    n = min((len(grid[p]) for p in paths), default=0)
+    paths = list(GRID_PATHS)
+    n = min(len(grid.get(p) or []) for p in paths)  # rows once every path has the cells
     rows = []
     for m in (m for m in GRID_MARKS if m <= n):
         unc = grid["uncached"][:m]
@@ -170,6 +172,36 @@ def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{path}_max_abs_acc_diff": max(diffs),
             })  # fmt: skip
         rows.append(row)
+    return rows
+
+
+def grid_heads(grid: dict[str, Any], cells: int = 12) -> list[dict[str, Any]]:
+    """Per head over the first ``cells`` cells: uncached vs cached float32 wall time.
+
+    The cached time is split into the encoder passes the head's cells paid for (cache
+    builds) and everything else, which is what caching cannot remove: the head's own
+    training and evaluation, plus per-cell setup.
+    """
+    unc = (grid.get("uncached") or [])[:cells]
+    cac = (grid.get("cached_fp32") or [])[:cells]
+    if len(unc) < cells or len(cac) < cells:
+        return []
+    rows = []
+    for head in HEADS:
+        u = [c for c in unc if c["head"] == head]
+        c = [c for c in cac if c["head"] == head]
+        build = sum((x.get("cache") or {}).get("build_s", 0.0) for x in c)
+        total = sum(x["wall_s"] for x in c)
+        rows.append({
+            "head": head,
+            "cells": len(u),
+            "uncached_s": sum(x["wall_s"] for x in u),
+            "cached_s": total,
+            "cached_encoder_s": build,
+            "cached_rest_s": total - build,
+            "ratio": sum(x["wall_s"] for x in u) / total,
+            "train_loop_s": sum((x.get("throughput") or {}).get("train_loop_s", 0.0) for x in c),
+        })  # fmt: skip
     return rows
 
 
@@ -218,6 +250,25 @@ def _finetune_overrides(args: argparse.Namespace) -> list[str]:
         "optim.head_lr=${optim.encoder_lr}",  # one learning rate, as the HF Trainer uses
         "optim.fused=true",  # fused AdamW, as the HF Trainer's default optimizer
     ]
+
+
+class _CountingCollator:
+    """``DataCollatorWithPadding`` that also counts what it pads (the TrainLoopTimer's counts)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.counts = {"batches": 0, "examples": 0, "tokens": 0, "padded_tokens": 0,
+                       "padded_tokens_sq": 0}  # fmt: skip
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.inner(features)
+        b, t = batch["attention_mask"].shape
+        self.counts["batches"] += 1
+        self.counts["examples"] += b
+        self.counts["tokens"] += int(batch["attention_mask"].sum())
+        self.counts["padded_tokens"] += b * t
+        self.counts["padded_tokens_sq"] += b * t * t
+        return batch
 
 
 def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str, Any]:
@@ -280,27 +331,74 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
         return {"accuracy": float((np.argmax(logits, axis=-1) == pred.label_ids).mean())}
 
+    collator = _CountingCollator(DataCollatorWithPadding(tokenizer))
     trainer = Trainer(
         model=model,
         args=targs,
         train_dataset=to_dataset(dm.train),
         eval_dataset=to_dataset(dm.dev["dev"]),
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=collator,
         compute_metrics=accuracy,
     )
     out = trainer.train()
+    counts = dict(collator.counts)  # training batches only: evaluation comes next
     dev = trainer.evaluate()
-    n = len(dm.train) * args.ft_epochs
+    seconds = float(out.metrics["train_runtime"])
     return {
-        "train_runtime_s": out.metrics["train_runtime"],
-        "examples": n,
-        "examples_per_s": n / out.metrics["train_runtime"],
-        "dev_accuracy": dev["eval_accuracy"],
+        "dev_accuracy": {"final": dev["eval_accuracy"]},
+        "throughput": {
+            **counts,
+            "train_loop_s": seconds,
+            "examples_per_s": counts["examples"] / seconds,
+        },
     }
 
 
+def _finetune_order(repeats: int, first: str) -> list[str]:
+    """ABBA order (A B B A A B ...) so that a drift in machine load hits both frameworks."""
+    pair = [first, "hf_trainer" if first == "headbench" else "headbench"]
+    return [name for r in range(repeats) for name in (pair if r % 2 == 0 else pair[::-1])]
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
+    """Medians per framework over the repeats, the speedups, and headbench's FLOP/s."""
+    out: dict[str, Any] = {}
+    for name in ("headbench", "hf_trainer"):
+        runs = [r for r in part.get("runs", []) if r["framework"] == name]
+        if not runs:
+            return {}
+        out[name] = {
+            "runs": len(runs),
+            "examples_per_s": _median([r["throughput"]["examples_per_s"] for r in runs]),
+            "examples_per_s_all": [r["throughput"]["examples_per_s"] for r in runs],
+            "padded_tokens_per_s": _median(
+                [r["throughput"]["padded_tokens"] / r["throughput"]["train_loop_s"] for r in runs]
+            ),
+            "padding": _median(
+                [1 - r["throughput"]["tokens"] / r["throughput"]["padded_tokens"] for r in runs]
+            ),
+            "dev_accuracy": [r["dev_accuracy"]["final"] for r in runs],
+            "flop_per_s": _median([r["flops"]["flop_per_s"] for r in runs]),
+        }
+    hb, hf = out["headbench"], out["hf_trainer"]
+    out["speedup"] = hb["examples_per_s"] / hf["examples_per_s"]
+    out["speedup_padded_tokens"] = hb["padded_tokens_per_s"] / hf["padded_tokens_per_s"]
+    out["dev_accuracy_gap_points"] = 100 * abs(
+        _median(hb["dev_accuracy"]) - _median(hf["dev_accuracy"])
+    )
+    return out
+
+
 def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
-    """Part 2: headbench vs the HF Trainer on one full fine-tuning cell; part 3's FLOP count."""
+    """Part 2: headbench vs the HF Trainer on one full fine-tuning cell, repeated in ABBA order.
+
+    Both frameworks run in this process, alternately, ``--ft-repeats`` times each; every run's
+    FLOP/s is counted from its own batches (part 3). A rerun resumes after the last saved run.
+    """
     keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
     settings = {k: getattr(args, k) for k in (*keys, "threads")}
     part = state.setdefault("finetune", {})
@@ -310,27 +408,30 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
     overrides = _finetune_overrides(args)
-    order = ("hf_trainer", "headbench") if args.hf_first else ("headbench", "hf_trainer")
-    if args.ft_only:  # one framework per process, so neither inherits the other's process state
-        order = (args.ft_only,)
-    for name in order:
-        if name in part:
+    order = _finetune_order(args.ft_repeats, "hf_trainer" if args.hf_first else "headbench")
+    runs = part.setdefault("runs", [])
+    part["order"] = order
+    for i, name in enumerate(order):
+        if i < len(runs):
             continue
         if name == "headbench":
-            part[name] = _run_cell(overrides, work / "headbench")
+            run = _run_cell(overrides, work / f"headbench-{i}")
         else:
-            part[name] = _hf_trainer_cell(args, _compose(overrides), work)
-        part[name]["torch_threads"] = torch.get_num_threads()
-        part[name]["load_avg_1min"] = os.getloadavg()[0]
-        print(f"[finetune {name}] {part[name]}", flush=True)
+            run = _hf_trainer_cell(args, _compose(overrides), work / f"hf-{i}")
+        run.update(framework=name, torch_threads=torch.get_num_threads(),
+                   load_avg_1min=os.getloadavg()[0])  # fmt: skip
+        run["flops"] = training_flops(args, run["throughput"])
+        runs.append(run)
+        tp = run["throughput"]
+        print(f"[finetune {i + 1}/{len(order)} {name}] {tp['examples_per_s']:.1f} ex/s, "
+              f"{run['flops']['flop_per_s'] / 1e9:.1f} GFLOP/s, "
+              f"dev acc {run['dev_accuracy']['final']:.4f}", flush=True)  # fmt: skip
         save()
-    part.setdefault("order", []).extend(n for n in order if n not in part["order"])
-    if "headbench" in part:
-        part["flops"] = training_flops(args, part["headbench"]["throughput"])
-    if "headbench" in part and "hf_trainer" in part:
-        hb, hf = part["headbench"], part["hf_trainer"]
-        part["speedup"] = hb["throughput"]["examples_per_s"] / hf["examples_per_s"]
+    part["summary"] = finetune_summary(part)
     save()
+
+
+_MATRIX_WEIGHTS: dict[str, int] = {}
 
 
 def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict[str, Any]:
@@ -338,19 +439,24 @@ def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict
 
     Formula (forward 2 FLOPs per multiply-add, backward twice the forward):
     ``6 * N * sum(B*T) + 12 * L * H * sum(B*T^2)``, N = weights of the transformer layers'
-    matrices (QKV, output, FFN), L layers, H width, T the padded length of each batch. The
-    second term is attention (QK^T and AV). Embedding lookups, norms and the head are left out.
+    matrices (QKV, output, FFN), L layers, H width, T the padded length of each batch (the
+    tensors the hardware multiplies). The second term is attention (QK^T and AV). Embedding
+    lookups, norms, softmax and the head are left out, so the figure is a lower bound.
     """
     from bench.encoders import load_encoder, transformer_layers
 
-    encoder, info = load_encoder({"name": args.encoder, **_encoder_cfg(args.encoder)})
-    n = sum(
-        m.weight.numel()
-        for layer in transformer_layers(encoder)
-        for m in layer.modules()
-        if isinstance(m, torch.nn.Linear)
-    )
-    L_, H = info.num_layers, info.hidden_size
+    if args.encoder not in _MATRIX_WEIGHTS:
+        encoder, info = load_encoder({"name": args.encoder, **_encoder_cfg(args.encoder)})
+        _MATRIX_WEIGHTS[args.encoder] = sum(
+            m.weight.numel()
+            for layer in transformer_layers(encoder)
+            for m in layer.modules()
+            if isinstance(m, torch.nn.Linear)
+        )
+        _MATRIX_WEIGHTS[f"{args.encoder}:L"] = info.num_layers
+        _MATRIX_WEIGHTS[f"{args.encoder}:H"] = info.hidden_size
+    n = _MATRIX_WEIGHTS[args.encoder]
+    L_, H = _MATRIX_WEIGHTS[f"{args.encoder}:L"], _MATRIX_WEIGHTS[f"{args.encoder}:H"]
     flops = 6 * n * throughput["padded_tokens"] + 12 * L_ * H * throughput["padded_tokens_sq"]
     seconds = throughput["train_loop_s"]
     return {
@@ -391,15 +497,19 @@ def matmul_peak(dtype: torch.dtype, n: int, seconds: float = 3.0) -> float:
 
 
 def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
-    """Part 3: matmul peak (fp32, bf16) at the fine-tuning cell's thread count, and the fraction."""
+    """Part 3: matmul peak (fp32, bf16; best of 3) at the fine-tuning thread count; fractions."""
     torch.set_num_threads(args.threads)
-    peak = {name: matmul_peak(dtype, args.matmul_n)
+    repeats = 3
+    peak = {name: max(matmul_peak(dtype, args.matmul_n, seconds=2.0) for _ in range(repeats))
             for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
-    part = {"threads": args.threads, "matmul_n": args.matmul_n, "peak_flop_per_s": peak}
-    achieved = (state.get("finetune") or {}).get("flops")
-    if achieved:
-        part["fraction_of_fp32_peak"] = achieved["flop_per_s"] / peak["fp32"]
-        part["fraction_of_bf16_peak"] = achieved["flop_per_s"] / peak["bf16"]
+    part = {"threads": args.threads, "matmul_n": args.matmul_n, "repeats": repeats,
+            "peak_flop_per_s": peak}  # fmt: skip
+    summary = (state.get("finetune") or {}).get("summary") or {}
+    for name in ("headbench", "hf_trainer"):
+        if name in summary:
+            achieved = summary[name]["flop_per_s"]
+            part[f"{name}_fraction_of_fp32_peak"] = achieved / peak["fp32"]
+            part[f"{name}_fraction_of_bf16_peak"] = achieved / peak["bf16"]
     state["flops"] = part
     save()
 
@@ -434,33 +544,65 @@ def table(state: dict[str, Any]) -> str:
                 f"points) / {r['cached_fp32_cells_differing']} |"
             )
         lines.append("")
+    heads = grid_heads(grid)
+    if heads:
+        lines += [
+            "Per head, the 12-cell grid (seeds 1-3), float32 cache: what caching removes "
+            "(encoder passes) and what it cannot (the head's own training and evaluation):",
+            "",
+            "| head | uncached | cached | of which encoder passes | rest | "
+            "head training loop | x faster |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for h in heads:
+            lines.append(
+                f"| {h['head']} | {h['uncached_s']:.0f} s | {h['cached_s']:.0f} s "
+                f"| {h['cached_encoder_s']:.0f} s | {h['cached_rest_s']:.0f} s "
+                f"| {h['train_loop_s']:.0f} s | {h['ratio']:.1f}x |"
+            )
+        lines.append("")
     ft = state.get("finetune") or {}
     fl = state.get("flops") or {}
-    if "speedup" in ft:
-        st, hb, hf = ft["settings"], ft["headbench"], ft["hf_trainer"]
+    summary = ft.get("summary") or {}
+    if summary:
+        st, hb, hf = ft["settings"], summary["headbench"], summary["hf_trainer"]
+
+        def accs(side: dict[str, Any]) -> str:
+            return " / ".join(f"{100 * a:.1f}" for a in side["dev_accuracy"])
+
         lines += [
             f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
             f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
             f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
-            f"length-grouped batches, {st['threads']} threads, run order: "
-            f"{' then '.join(ft.get('order', ['headbench', 'hf_trainer']))}):",
+            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each in the "
+            f"order {' '.join('hb' if n == 'headbench' else 'hf' for n in ft['order'])}; "
+            "medians):",
             "",
             "| measurement | headbench | HF `Trainer` |",
             "|---|---|---|",
-            f"| training examples/s (validation excluded) | "
-            f"{hb['throughput']['examples_per_s']:.1f} ({ft['speedup']:.2f}x) "
-            f"| {hf['examples_per_s']:.1f} |",
-            f"| dev accuracy after the last epoch | {100 * hb['dev_accuracy']['final']:.1f} "
-            f"| {100 * hf['dev_accuracy']:.1f} |",
+            f"| training examples/s, validation excluded (each run) "
+            f"| **{hb['examples_per_s']:.1f}** ({summary['speedup']:.2f}x) "
+            f"({', '.join(f'{x:.1f}' for x in hb['examples_per_s_all'])}) "
+            f"| **{hf['examples_per_s']:.1f}** "
+            f"({', '.join(f'{x:.1f}' for x in hf['examples_per_s_all'])}) |",
+            f"| padded tokens/s (padding share) | {hb['padded_tokens_per_s']:.0f} "
+            f"({summary['speedup_padded_tokens']:.2f}x) ({100 * hb['padding']:.0f}%) "
+            f"| {hf['padded_tokens_per_s']:.0f} ({100 * hf['padding']:.0f}%) |",
+            f"| dev accuracy after the last epoch (each run) | {accs(hb)} | {accs(hf)} |",
         ]
-    if fl and ft.get("flops"):
-        f, peak = ft["flops"], fl["peak_flop_per_s"]
-        lines += [
-            f"| achieved training FLOP/s ({f['formula']}) | {f['flop_per_s'] / 1e9:.1f} G "
-            f"= {100 * fl['fraction_of_fp32_peak']:.0f}% of fp32 peak | |",
-            f"| measured matmul peak, {fl['threads']} threads, n={fl['matmul_n']}: fp32 / bf16 "
-            f"| {peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G | |",
-        ]
+        if fl:
+            peak = fl["peak_flop_per_s"]
+            formula = ft["runs"][0]["flops"]["formula"]
+            lines += [
+                f"| achieved training FLOP/s ({formula}) "
+                f"| {hb['flop_per_s'] / 1e9:.1f} G = "
+                f"**{100 * fl['headbench_fraction_of_fp32_peak']:.0f}%** of fp32 peak "
+                f"| {hf['flop_per_s'] / 1e9:.1f} G = "
+                f"{100 * fl['hf_trainer_fraction_of_fp32_peak']:.0f}% |",
+                f"| measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
+                f"{fl['repeats']}: fp32 / bf16 | {peak['fp32'] / 1e9:.1f} G / "
+                f"{peak['bf16'] / 1e9:.1f} G | |",
+            ]
     return "\n".join(lines)
 
 
@@ -489,12 +631,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--hf-first", action="store_true", help="time the HF Trainer before headbench")
     p.add_argument(
-        "--ft-only",
-        choices=("headbench", "hf_trainer"),
-        help="time only this framework in this process (run the other one next)",
+        "--hf-first", action="store_true", help="start the ABBA order with the HF Trainer"
     )
+    p.add_argument("--ft-repeats", type=int, default=2, help="fine-tuning runs per framework")
     p.add_argument("--matmul-n", type=int, default=2048)
     return p  # fmt: skip
 

@@ -1,0 +1,103 @@
+"""bench.perf's bookkeeping: ABBA order, medians and speedups, and tables at every stage.
+
+The benchmark itself is not a test (it times real runs); these check the arithmetic and
+that a partly measured state (the benchmark saves after every cell) always renders.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from bench import perf
+
+
+def _cell(head: str, seed: int, wall: float, build: float = 0.0, acc: float = 0.7) -> dict:
+    return {
+        "head": head,
+        "seed": seed,
+        "wall_s": wall,
+        "dev_accuracy": {"final": acc, "best": acc},
+        "cache": {"build_s": build},
+        "throughput": {"train_loop_s": wall / 2},
+    }
+
+
+def _grid(n_unc: int, n_fp16: int, n_fp32: int) -> dict:
+    cells = perf._grid_cells(32)
+    walls = {"linear": 80.0, "pooler": 80.0, "last4_concat": 81.0, "bilstm": 110.0}
+    cached = {"linear": 5.0, "pooler": 5.0, "last4_concat": 6.0, "bilstm": 40.0}
+    grid = {
+        "settings": {"encoder": "minilm", "task": "sst2", "train_size": 2000, "epochs": 3,
+                     "max_length": 128, "batch_size": 32},
+        "threads": 1,
+        "uncached": [_cell(h, s, walls[h]) for h, s in cells[:n_unc]],
+    }  # fmt: skip
+    for path, n in (("cached", n_fp16), ("cached_fp32", n_fp32)):
+        grid[path] = [
+            _cell(h, s, cached[h] + (30.0 if s == 1 and h in ("linear", "last4_concat") else 0),
+                  build=30.0 if s == 1 and h in ("linear", "last4_concat") else 0.0)
+            for h, s in cells[:n]
+        ]  # fmt: skip
+    return grid
+
+
+def test_abba_order():
+    assert perf._finetune_order(2, "headbench") == [
+        "headbench", "hf_trainer", "hf_trainer", "headbench"]  # fmt: skip
+    assert perf._finetune_order(3, "hf_trainer")[:4] == [
+        "hf_trainer", "headbench", "headbench", "hf_trainer"]  # fmt: skip
+
+
+@pytest.mark.parametrize("counts", [(0, 0, 0), (3, 0, 0), (32, 0, 0), (32, 32, 5), (32, 32, 32)])
+def test_table_renders_partial_grids(counts):
+    """Every state the benchmark saves renders (a partial state once crashed the table)."""
+    text = perf.table({"grid": _grid(*counts)})
+    complete = min(counts)
+    assert ("| 12 |" in text) == (complete >= 12)
+    assert ("Per head" in text) == (complete >= 12)
+
+
+def test_grid_sizes_and_heads_arithmetic():
+    grid = _grid(32, 32, 32)
+    rows = {r["cells"]: r for r in perf.grid_sizes(grid)}
+    assert sorted(rows) == [4, 8, 12, 16, 32]
+    unc12 = 3 * (80 + 80 + 81 + 110)
+    cac12 = 3 * (5 + 5 + 6 + 40) + 60  # two encoder passes paid by seed 1
+    assert rows[12]["uncached_s"] == pytest.approx(unc12)
+    assert rows[12]["cached_fp32_s"] == pytest.approx(cac12)
+    assert rows[12]["cached_fp32_ratio"] == pytest.approx(unc12 / cac12)
+    assert rows[12]["cached_fp32_encoder_s"] == pytest.approx(60)
+    heads = {h["head"]: h for h in perf.grid_heads(grid)}
+    assert heads["bilstm"]["ratio"] == pytest.approx(330 / 120)
+    assert heads["linear"]["cached_encoder_s"] == pytest.approx(30)
+
+
+def _run(framework: str, ex_per_s: float, acc: float) -> dict:
+    seconds = 100.0
+    tp = {"examples_per_s": ex_per_s, "train_loop_s": seconds, "examples": ex_per_s * seconds,
+          "tokens": 700, "padded_tokens": 1000, "padded_tokens_sq": 40000}  # fmt: skip
+    return {"framework": framework, "throughput": tp, "dev_accuracy": {"final": acc},
+            "flops": {"flop_per_s": 2e9 * ex_per_s, "formula": "f"}}  # fmt: skip
+
+
+def test_finetune_summary_medians_and_table():
+    runs = [_run("headbench", 40, 0.77), _run("hf_trainer", 44, 0.76),
+            _run("hf_trainer", 42, 0.76), _run("headbench", 46, 0.77),
+            _run("headbench", 41, 0.77), _run("hf_trainer", 43, 0.76)]  # fmt: skip
+    settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
+                "max_length": 128, "batch_size": 32, "threads": 1}  # fmt: skip
+    part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
+    summary = perf.finetune_summary(part)
+    assert summary["headbench"]["examples_per_s"] == statistics.median([40, 46, 41])
+    assert summary["speedup"] == pytest.approx(41 / 43)
+    assert summary["dev_accuracy_gap_points"] == pytest.approx(1.0)
+    part["summary"] = summary
+    flops = {"threads": 1, "matmul_n": 2048, "repeats": 3,
+             "peak_flop_per_s": {"fp32": 1e11, "bf16": 2e11},
+             "headbench_fraction_of_fp32_peak": 0.82,
+             "hf_trainer_fraction_of_fp32_peak": 0.86}  # fmt: skip
+    text = perf.table({"finetune": part, "flops": flops})
+    assert "**41.0** (0.95x)" in text and "**82%**" in text
+    assert perf.finetune_summary({"runs": runs[:1]}) == {}  # one framework only: no ratio
