@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -94,6 +95,10 @@ def _preflight(args: list[str]) -> None:
 
 def main() -> None:
     """Entry point of ``python -m bench`` and the ``headbench`` script."""
+    # conf/hydra/launcher/* shadow the launcher plugins' own configs of the same names on
+    # purpose: Hydra then validates our presets against the plugins' schemas (a misspelt
+    # knob is an error), and warns that this matching is deprecated.
+    warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema")
     sys.argv[1:] = [_normalise(a) for a in sys.argv[1:]]
     if "--dry-run" in sys.argv[1:]:
         _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])

@@ -28,11 +28,11 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import torch
-from torch import nn
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+from torch import nn
 
 T = TypeVar("T")
 #: ``trainer.strategy`` values that run a cell on several devices through this module.
