@@ -95,7 +95,8 @@ def test_trainer_ddp_composes_to_the_spawn_strategy(compose_cfg):
 
     kwargs = trainer_strategy({"strategy": "ddp_spawn", "devices": 2,
                                "process_group_backend": "gloo"})  # fmt: skip
-    assert isinstance(kwargs["strategy"], SpawnDDPStrategy) and "process_group_backend" not in kwargs
+    assert isinstance(kwargs["strategy"], SpawnDDPStrategy)
+    assert "process_group_backend" not in kwargs
     assert kwargs["strategy"].process_group_backend == "gloo"
     assert trainer_strategy({"devices": 1, "process_group_backend": None}) == {"devices": 1}
 
