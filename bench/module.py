@@ -255,7 +255,6 @@ class HeadbenchModule(L.LightningModule):
                 torch.tensor([r[1] for r in rows], dtype=dtype),
                 torch.tensor([r[2] for r in rows], dtype=dtype),
             )]  # fmt: skip
-        self._train_loss = sum_across_ranks(self._train_loss)
 
     def on_validation_epoch_end(self) -> None:
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
@@ -267,7 +266,7 @@ class HeadbenchModule(L.LightningModule):
                 {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
             )
             record[name] = values
-        total, count = self._train_loss
+        total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
         record["train_loss"] = total / count if count else None  # mean over the epoch so far
         self.history.append(record)
         main = record[self.dev_names[0]][self.spec.main_metric]
