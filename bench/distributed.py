@@ -13,7 +13,7 @@ after they joined.
 What Lightning's spawn launcher brings back to the parent is the weights and
 ``trainer.callback_metrics``. :class:`SpawnDDPStrategy` also brings the module's run
 record (per-epoch history, best epoch with its predictions, trainable-parameter history)
-and the callbacks' ``state_dict()`` (the training-loop timer), through the launcher's
+and the callbacks' ``state_dict()`` (the training-loop timer) in a temp file, through the launcher's
 ``get_extra_results`` / ``update_main_process_results`` hooks.
 
 Evaluation: Lightning gives each rank a ``DistributedSampler`` shard of every dev split,
@@ -24,6 +24,9 @@ prediction files and the degenerate check see the whole dev set exactly once.
 
 from __future__ import annotations
 
+import os
+import pickle
+import tempfile
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -39,6 +42,7 @@ T = TypeVar("T")
 SPAWN_STRATEGIES = ("ddp_spawn",)
 _RECORD = "headbench_record"
 _CALLBACKS = "headbench_callbacks"
+_PAYLOAD = "headbench_payload"
 _CAPTURE_HOOK = "output_capturing_hook"  # transformers.utils.output_capturing
 
 
@@ -117,23 +121,40 @@ class _RecordLauncher(_MultiProcessingLauncher):
         return super().launch(function, *args, **kwargs)
 
     def get_extra_results(self, trainer: Trainer) -> dict[str, Any]:
-        """Add the run record and callback states to what rank 0 sends back."""
+        """Add the run record and callback states to what rank 0 sends back.
+
+        They travel in a temp file, only its path through the queue: Lightning joins the
+        ranks before it reads the queue, so rank 0 would block forever putting more than
+        a pipe buffer (64 KiB) into it, and a CoNLL run record (every dev and test
+        sentence's predicted tags) is megabytes.
+        """
         extra = super().get_extra_results(trainer)
         module = trainer.lightning_module
-        if hasattr(module, "run_record"):
-            extra[_RECORD] = module.run_record()
-        extra[_CALLBACKS] = {
-            cb.state_key: state for cb in trainer.callbacks if (state := cb.state_dict())
+        payload = {
+            _RECORD: module.run_record() if hasattr(module, "run_record") else None,
+            _CALLBACKS: {cb.state_key: s for cb in trainer.callbacks if (s := cb.state_dict())},
         }
+        fd, path = tempfile.mkstemp(prefix="headbench-ddp-", suffix=".pkl")
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump(payload, handle)
+        extra[_PAYLOAD] = path
         return extra
 
     def update_main_process_results(self, trainer: Trainer, extra: dict[str, Any]) -> None:
         """Restore the run record and callback states in the launching process."""
         super().update_main_process_results(trainer, extra)
+        path = extra.get(_PAYLOAD)
+        if path is None:
+            return
+        try:
+            with open(path, "rb") as handle:
+                payload = pickle.load(handle)  # written by our own rank 0 just now
+        finally:
+            os.unlink(path)
         module = trainer.lightning_module
-        if extra.get(_RECORD) is not None and hasattr(module, "restore_run_record"):
-            module.restore_run_record(extra[_RECORD])
-        states = extra.get(_CALLBACKS) or {}
+        if payload[_RECORD] is not None and hasattr(module, "restore_run_record"):
+            module.restore_run_record(payload[_RECORD])
+        states = payload[_CALLBACKS]
         for cb in trainer.callbacks:
             if cb.state_key in states:
                 cb.load_state_dict(states[cb.state_key])

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 
@@ -30,12 +31,12 @@ CELL = ("task=stsb", "encoder=tiny_bert", "head=linear", "head.dropout=0", "free
 RUN = "stsb/tiny_bert/linear/frozen/seed=1"
 
 
-def _bench(*args: str, tmp: Path, multirun: bool = False) -> None:
+def _bench(*args: str, tmp: Path, multirun: bool = False, cell: tuple[str, ...] = CELL) -> None:
     """Run ``python -m bench`` in a fresh process (the real command line and Hydra)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     flags = ["-m"] if multirun else []
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", *flags, *CELL, *args, f"cache.dir={tmp}/cache"],
+        [sys.executable, "-m", "bench", *flags, *cell, *args, f"cache.dir={tmp}/cache"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,3 +117,59 @@ def test_an_encoder_that_ran_can_be_pickled_for_spawn_after_dropping_its_hooks()
     clone = pickle.loads(pickle.dumps(encoder))
     after = clone(**inputs, output_hidden_states=True).hidden_states
     assert len(after) == len(before) and torch.equal(after[-1], before[-1])
+
+
+class _Recorder(L.LightningModule):
+    """A module with a run record, as HeadbenchModule has (no training needed here)."""
+
+    def __init__(self, record=None):
+        super().__init__()
+        self.record = record
+
+    def run_record(self):
+        return self.record
+
+    def restore_run_record(self, record):
+        self.record = record
+
+
+def test_the_spawn_launcher_sends_a_large_run_record_through_a_file_not_the_queue():
+    """Lightning joins the ranks before reading its queue: >64 KiB in it would deadlock."""
+    trainer = L.Trainer(strategy=SpawnDDPStrategy(), accelerator="cpu", devices=2,
+                        logger=False, enable_checkpointing=False)  # fmt: skip
+    launcher = trainer.strategy.launcher
+    record = {"best": {"predictions": {"dev": {"idx": list(range(200_000))}}}, "history": []}
+    trainer.strategy.connect(_Recorder(record))  # what rank 0 holds after fit
+    extra = launcher.get_extra_results(trainer)
+    assert len(pickle.dumps(extra)) < 16 * 1024  # the queue carries a path, not the record
+    parent = _Recorder()
+    trainer.strategy.connect(parent)  # the cell's own process
+    launcher.update_main_process_results(trainer, extra)
+    assert parent.record == record
+    assert not any(Path(v).exists() for v in extra.values() if isinstance(v, str))
+
+
+@pytest.mark.slow
+def test_a_ddp_token_task_cell_scores_every_sentence_once(compose_cfg, data_dir, tmp_path):
+    """CoNLL-2003 under DDP: word predictions gathered from both ranks (megabytes of record).
+
+    The token loss is a mean over each rank's words, so DDP and one process weight words
+    slightly differently: scores agree closely, not to rounding.
+    """
+    cell = ("task=conll2003", "data.train_size=64", "trainer.max_epochs=1",
+            *(o for o in CELL if o.split("=")[0] not in ("task", "data.train_size",
+                                                           "trainer.max_epochs")))  # fmt: skip
+    ddp_runs = tmp_path / "ddp"
+    _bench("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=32",
+           f"runs_dir={ddp_runs}", tmp=tmp_path, cell=cell)  # fmt: skip
+    run_dir = ddp_runs / "conll2003/tiny_bert/linear/frozen/seed=1"
+    ddp = json.loads((run_dir / "result.json").read_text())
+    single = run(compose_cfg(*cell, "data.batch_size=64", f"cache.dir={tmp_path}/cache"),
+                 tmp_path / "single")  # fmt: skip
+    assert ddp["status"] == single["status"] == "ok"
+    assert ddp["best"]["metrics"]["dev"]["f1"] == pytest.approx(
+        single["best"]["metrics"]["dev"]["f1"], abs=2e-3
+    )
+    sentences = (run_dir / "predictions_dev.txt").read_text().strip().split("\n\n")
+    single_sentences = (tmp_path / "single" / "predictions_dev.txt").read_text()
+    assert len(sentences) == len(single_sentences.strip().split("\n\n"))
