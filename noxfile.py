@@ -57,7 +57,8 @@ def _chromium(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (excludes `slow` and `network` tests unless -m is passed)."""
-    _install(session, "[dev,lora]")  # lora: the LoRA tests need peft
+    # lora: the LoRA tests need peft; joblib, slurm: the launcher tests (submitit runs locally)
+    _install(session, "[dev,lora,joblib,slurm]")
     _chromium(session)
     session.run("pytest", *session.posargs, env=_env())
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -92,13 +93,49 @@ def _preflight(args: list[str]) -> None:
         sys.exit(2)
 
 
+#: The launcher presets in conf/hydra/launcher/: the plugin module each needs and its extra.
+LAUNCHER_PLUGINS = {
+    "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
+}
+
+
+def missing_launcher(args: list[str]) -> str | None:
+    """A message if ``hydra/launcher=<name>`` names a preset whose plugin is not installed.
+
+    Without this check Hydra fails later with "Error locating target
+    hydra_plugins...", which does not say what to install.
+    """
+    from importlib.util import find_spec
+
+    for arg in args:
+        key, _, name = arg.lstrip("+~").partition("=")
+        if key != "hydra/launcher" or name not in LAUNCHER_PLUGINS:
+            continue
+        module, extra = LAUNCHER_PLUGINS[name]
+        if find_spec(module.split(".")[0]) is None or find_spec(module) is None:
+            return (f"hydra/launcher={name} needs the Hydra plugin {module.split('.')[-1]!r}, "
+                    f"which is not installed: pip install 'headbench[{extra}]'")  # fmt: skip
+    return None
+
+
 def main() -> None:
     """Entry point of ``python -m bench`` and the ``headbench`` script."""
+    # conf/hydra/launcher/* shadow the launcher plugins' own configs of the same names on
+    # purpose: Hydra then validates our presets against the plugins' schemas (a misspelt
+    # knob is an error), and warns that this matching is deprecated.
+    warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema")
     sys.argv[1:] = [_normalise(a) for a in sys.argv[1:]]
     if "--dry-run" in sys.argv[1:]:
         _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
         return
     _preflight(sys.argv[1:])
+    message = missing_launcher(sys.argv[1:])
+    if message:
+        print(message, file=sys.stderr)
+        sys.exit(2)
     _hydra_main()
 
 

@@ -59,3 +59,23 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
     """
     text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=True, default=str) + "\n"
     return atomic_write(path, lambda handle: handle.write(text))
+
+
+def append_json_line(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one JSON record as a line, in a single ``O_APPEND`` write.
+
+    Concurrent writers (the cells of a sweep, launcher jobs on several nodes) never
+    interleave their records on a local or POSIX shared filesystem.
+
+    Args:
+        path: The ``.jsonl`` file (created with its directory if missing).
+        record: A JSON-serialisable dict.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, default=str) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)

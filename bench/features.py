@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,13 +36,18 @@ from safetensors.torch import load_file, save
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pad_sequence
 
-from bench.atomic import atomic_write
+from bench.atomic import append_json_line, atomic_write
 from bench.encoders import transformer_layers
 from bench.errors import ConfigError
+from bench.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: ``<cache>/features/builds.jsonl``: one line per entry built (entry, host, pid, seconds),
+#: appended under the entry's lock, so it counts encoder passes across every process and
+#: node sharing the cache.
+BUILD_LOG = "builds.jsonl"
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 #: ``cache.dtype`` default. float32 reproduced the uncached scores of all 32 cells of
 #: ``python -m bench.perf``; float16 halves disk and memory but moved 9 of them by 1-3 dev
@@ -248,9 +254,14 @@ class FeatureStore:
             flat = self.load(key, n_examples)  # another process may have built it meanwhile
             if flat is not None:
                 return flat, True
+            started = time.perf_counter()
             flat = build()
             flat.check(n_examples, len(key.layers))
             self.save(key, flat)
+            append_json_line(self.root / BUILD_LOG, {
+                "entry": key.filename(), "split": key.split, "host": socket.gethostname(),
+                "pid": os.getpid(), "seconds": time.perf_counter() - started, "time": utc_now(),
+            })  # fmt: skip
         return flat, False
 
 

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from bench.adaptation import Adaptation, StageCallback, build_adaptation
+from bench.distributed import gather_rows, sum_across_ranks
 from bench.encoders import load_encoder, pooler_weights
 from bench.errors import DivergedError, EncoderError
 from bench.features import FeaturePlan
@@ -171,7 +172,7 @@ class HeadbenchModule(L.LightningModule):
         if not torch.isfinite(loss):
             raise DivergedError(self.global_step, float(loss))
         size = batch["attention_mask"].shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
         self._train_loss[0] += float(loss.detach()) * size
         self._train_loss[1] += size
         return loss
@@ -192,6 +193,7 @@ class HeadbenchModule(L.LightningModule):
             self._loss(logits, batch),
             batch_size=batch["attention_mask"].shape[0],
             add_dataloader_idx=False,
+            sync_dist=True,  # a mean over all ranks under DDP; nothing to sync otherwise
         )
         if self.is_token:
             self._keep_words(name, logits, batch)
@@ -219,18 +221,52 @@ class HeadbenchModule(L.LightningModule):
             rows = self._word_outputs.get(name, [])
             gold, pred = [r[1] for r in rows], [r[2] for r in rows]
             return score_ids(self.spec, gold, pred)  # type: ignore[arg-type]
+        if self.trainer.world_size > 1:  # score the gathered split, each example once
+            self.metrics[name].reset()  # its synced state counts the sampler's padding twice
+            scores = build_metrics(self.spec).to("cpu")
+            for metric in scores.values():
+                metric.sync_on_compute = False  # every rank already holds the whole split
+            _, labels, preds = self._outputs[name][0]
+            scores.update(preds, labels)
+            return {k: finite_or_none(v) for k, v in scores.compute().items()}
         values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
         self.metrics[name].reset()
         return values
 
+    def _gather_outputs(self) -> None:
+        """Under DDP: give every rank all ranks' kept predictions, each example once.
+
+        Lightning's ``DistributedSampler`` shards each dev split over the ranks and pads
+        the shards with repeated examples; examples are told apart by their ``idx``.
+        """
+        if self.trainer.world_size == 1:
+            return
+        for name in self.dev_names:
+            if self.is_token:
+                words = self._word_outputs.get(name, [])
+                self._word_outputs[name] = gather_rows(words, key=lambda r: r[0])
+                continue
+            local = self._collect(name)  # this rank's idx, label, pred lists
+            rows = gather_rows(list(zip(local["idx"], local["label"], local["pred"], strict=True)),
+                               key=lambda r: r[0])  # fmt: skip
+            dtype = torch.float32 if self.spec.is_regression else torch.long
+            self._outputs[name] = [(
+                torch.tensor([r[0] for r in rows], dtype=torch.long),
+                torch.tensor([r[1] for r in rows], dtype=dtype),
+                torch.tensor([r[2] for r in rows], dtype=dtype),
+            )]  # fmt: skip
+
     def on_validation_epoch_end(self) -> None:
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
+        self._gather_outputs()
         record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
         for name in self.dev_names:
             values = self._split_scores(name)
-            self.log_dict({f"{name}/{k}": v for k, v in values.items() if v is not None})
+            self.log_dict(  # the same on every rank: sync_dist only averages equal values
+                {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
+            )
             record[name] = values
-        total, count = self._train_loss
+        total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
         record["train_loss"] = total / count if count else None  # mean over the epoch so far
         self.history.append(record)
         main = record[self.dev_names[0]][self.spec.main_metric]
@@ -244,6 +280,24 @@ class HeadbenchModule(L.LightningModule):
             }
         self._outputs.clear()
         self._word_outputs.clear()
+
+    def run_record(self) -> dict[str, Any]:
+        """What training recorded on the module (plain values): history, best epoch, stages.
+
+        ``ddp_spawn`` trains in child processes; :mod:`bench.distributed` sends this back
+        to the cell's own process, which writes the result.
+        """
+        return {
+            "history": self.history,
+            "best": self.best,
+            "trainable_history": self.adaptation.trainable_history,
+        }
+
+    def restore_run_record(self, record: dict[str, Any]) -> None:
+        """Adopt a :meth:`run_record` made in another process."""
+        self.history = record["history"]
+        self.best = record["best"]
+        self.adaptation.trainable_history = record["trainable_history"]
 
     def _collect(self, name: str) -> dict[str, list[Any]]:
         if self.is_token:  # per sentence: gold and predicted tag ids per word

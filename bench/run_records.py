@@ -14,7 +14,6 @@ alone is enough to build a report (learning curves, configs, versions, compute t
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.atomic import append_json_line
 from bench.provenance import utc_now
 
 CELL_COLUMNS = [
@@ -85,14 +85,7 @@ def log_launch_event(sweep_dir: str | Path, event: str, **fields: Any) -> None:
             ``state``).
         **fields: The record's fields.
     """
-    path = Path(sweep_dir) / LAUNCH_LOG
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"event": event, "time": utc_now(), **fields}, default=str) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
+    append_json_line(Path(sweep_dir) / LAUNCH_LOG, {"event": event, "time": utc_now(), **fields})
 
 
 def read_launch_log(sweep_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@ from typing import Any
 
 import lightning as L
 
+_TOTALS = ("seconds", "batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
+
 
 class TrainLoopTimer(L.Callback):
     """Time the training epochs without their validation, and count what they processed.
@@ -65,6 +67,15 @@ class TrainLoopTimer(L.Callback):
         self.tokens += int(mask.sum())
         self.padded_tokens += b * t
         self.padded_tokens_sq += b * t * t
+
+    def state_dict(self) -> dict[str, Any]:
+        """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
+        return {k: getattr(self, k) for k in _TOTALS}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Adopt totals from :meth:`state_dict`."""
+        for key in _TOTALS:
+            setattr(self, key, state_dict[key])
 
     def summary(self) -> dict[str, float | int]:
         """Seconds, counts and examples per second of the training loop."""

@@ -135,6 +135,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     import lightning as L
 
     from bench.data import GlueDataModule
+    from bench.distributed import trainer_strategy
     from bench.encoders import load_tokenizer
     from bench.features import attach_cache, cache_dir
     from bench.module import HeadbenchModule
@@ -194,7 +195,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     trainer_kwargs.pop("name", None)
     timer = TrainLoopTimer()
     trainer = L.Trainer(
-        **trainer_kwargs,
+        **trainer_strategy(trainer_kwargs),  # ddp_spawn: see bench/distributed.py
         callbacks=[timer],
         default_root_dir=run_dir,
         logger=_loggers(run_dir),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ from omegaconf import OmegaConf
 
 from bench.data import GlueDataModule
 from bench.encoders import load_tokenizer
-from bench.features import FeatureKey, FeatureStore, FlatStates, attach_cache
+from bench.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates, attach_cache
 from bench.module import HeadbenchModule
 from bench.tasks import get_task
 from bench.train import config_hash, run
@@ -141,7 +142,7 @@ _WORKER = textwrap.dedent(
     """
     import sys, time, torch
     sys.path.insert(0, {root!r})
-    from bench.features import FeatureKey, FeatureStore, FlatStates
+    from bench.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (4,), "float16")
     def build():
         with open({log!r}, "a") as handle:
@@ -166,7 +167,9 @@ def test_two_processes_filling_one_entry_leave_one_valid_entry(tmp_path):
     assert outputs[0][1] == outputs[1][1]
     assert log.read_text().count("built") == 1  # the encoder forward ran once
     entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
-    assert [p.suffix for p in entries if p.suffix != ".lock"] == [".safetensors"]
+    assert [p.suffix for p in entries if p.suffix not in (".lock", ".jsonl")] == [".safetensors"]
+    builds = (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()
+    assert len(builds) == 1 and json.loads(builds[0])["split"] == "train"  # the cache's own count
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (4,), "float16")
     flat = FeatureStore(tmp_path / "cache").load(key, 3)
     assert flat is not None and flat.example(2).shape == (3, 1, 8)
