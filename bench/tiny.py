@@ -23,7 +23,7 @@ import torch
 
 from bench.errors import EncoderError
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: corpus read from source files (was live objects)
 VOCAB_SIZE = 2000
 ARCH = {
     "hidden_size": 32,
@@ -48,20 +48,26 @@ def cache_root() -> Path:
 def corpus_lines() -> list[str]:
     """Local English text to train the tiny tokenizers on.
 
+    Read statically from the modules' source files (``ast``), not from the live objects:
+    another library may have replaced a module attribute at runtime (Ray swaps
+    ``logging``'s record factory in its workers), which would change the corpus, and with
+    it the tiny models, in that process only.
+
     Returns:
-        Non-empty lines from the docstrings of a fixed list of stdlib modules,
-        their classes and functions.
+        Non-empty lines from the docstrings of a fixed list of stdlib modules and of their
+        top-level classes and functions, in source order.
     """
+    import ast
     import importlib
     import inspect
 
     lines: list[str] = []
     for name in _CORPUS_MODULES:
-        module = importlib.import_module(name)
-        docs = [inspect.getdoc(module) or ""]
-        for _, member in sorted(vars(module).items()):
-            if inspect.isclass(member) or inspect.isfunction(member):
-                docs.append(inspect.getdoc(member) or "")
+        tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+        docs = [ast.get_docstring(tree) or ""]
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                docs.append(ast.get_docstring(node) or "")
         for doc in docs:
             lines.extend(line.strip() for line in doc.splitlines() if line.strip())
     return lines

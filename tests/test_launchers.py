@@ -35,9 +35,11 @@ LAUNCHERS = {
     "joblib": ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
     "submitit_local": ("hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"),
 }
-# Not `ray`: nox -s tests does not install it (heavy), and inside Ray workers the tiny
-# encoders come out different (Ray replaces logging's record factory, whose docstring is
-# part of bench.tiny's tokenizer corpus), so a tiny sweep under Ray is not comparable.
+# `ray` joins when its plugin is installed (nox -s tests does not install it: heavy). Ray
+# replaces logging's record factory in its workers; the tiny models' tokenizer corpus is read
+# from source files, so that no longer changes them (test_tiny_corpus_ignores_runtime_patches).
+if find_spec("hydra_plugins") and find_spec("hydra_plugins.hydra_ray_launcher"):
+    LAUNCHERS["ray"] = ("hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2")
 CELL_KEYS = ["task", "encoder", "head_label", "freeze_label", "seed"]
 
 
@@ -80,7 +82,7 @@ def test_every_launcher_collects_the_same_table(sweeps):
     assert sorted(zip(basic["freeze_label"], basic["seed"], strict=True)) == [
         ("frozen", 1), ("frozen", 2), ("full", 1), ("full", 2)
     ]  # fmt: skip
-    for name in ("joblib", "submitit_local"):
+    for name in (n for n in LAUNCHERS if n != "basic"):  # ray too, where it is installed
         other = sweeps[name] / "results"
         pd.testing.assert_frame_equal(_scores(other), basic, rtol=1e-6, obj=name)
         # per-epoch dev metrics and training loss too: the same training, not just the same score
@@ -131,3 +133,25 @@ def test_a_launcher_without_its_plugin_names_the_extra_to_install(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.strip() == message
     assert not (tmp_path / "runs").exists()
+
+
+def test_tiny_corpus_ignores_runtime_patches():
+    """Replacing a stdlib attribute at runtime (as Ray does in its workers) leaves the tiny
+    models' corpus, and so the tiny models, unchanged."""
+    import logging
+
+    from bench.tiny import corpus_lines
+
+    before = corpus_lines()
+    factory = logging.getLogRecordFactory()
+
+    def patched(*args, **kwargs):
+        """A replacement record factory with a docstring of its own."""
+        return factory(*args, **kwargs)
+
+    logging.setLogRecordFactory(patched)
+    try:
+        assert corpus_lines() == before
+    finally:
+        logging.setLogRecordFactory(factory)
+    assert len(before) > 1000 and len(set(before)) > 1000
