@@ -42,8 +42,9 @@ METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson
 HEAD_ORDER = ["linear", "pooler", "pooler-random", "pooler-pretrained", "last4_concat", "bilstm"]
 # Roughly from the fewest trained parameters to the most (the adaptation strategies of
 # bench.adaptation between the frozen probe and full fine-tuning).
-FREEZE_ORDER = [
-    "frozen", "bitfit", "lora", "lpft", "gradual", "embeddings", "top_k", "llrd", "full"
+FREEZE_ORDER = [  # least to most trained; top_k cells are labelled top<k> (conf/freeze/top_k.yaml)
+    "frozen", "bitfit", "lora", "lpft", "gradual", "embeddings",
+    *(f"top{k}" for k in range(1, 49)), "top_k", "llrd", "full",
 ]  # fmt: skip
 # The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
 # (dense + tanh + dropout + linear, randomly initialised) with the encoder trained.

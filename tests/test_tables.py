@@ -220,3 +220,11 @@ def test_references_load_and_validate(tmp_path):
     pd.concat([refs, refs.iloc[:1]]).to_csv(tmp_path / "dup.csv", index=False)
     with pytest.raises(ValueError, match="duplicate"):
         load_references(tmp_path / "dup.csv")
+
+
+def test_freeze_columns_run_from_least_to_most_trained():
+    """top_k cells are labelled top<k>; they sit between frozen and full, by k."""
+    from bench.tables import FREEZE_ORDER, _order
+
+    labels = ["full", "top12", "top2", "frozen", "lora", "custom"]
+    assert _order(labels, FREEZE_ORDER) == ["frozen", "lora", "top2", "top12", "full", "custom"]
