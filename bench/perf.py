@@ -22,6 +22,7 @@ a rerun with the same settings skips what is already measured.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -431,7 +432,19 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     save()
 
 
-_MATRIX_WEIGHTS: dict[str, int] = {}
+@functools.cache
+def _model_shape(encoder: str) -> tuple[int, int, int]:
+    """(N, L, H): the transformer layers' matrix weights, depth and width of an encoder."""
+    from bench.encoders import load_encoder, transformer_layers
+
+    model, info = load_encoder({"name": encoder, **_encoder_cfg(encoder)})
+    n = sum(
+        m.weight.numel()
+        for layer in transformer_layers(model)
+        for m in layer.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    return n, info.num_layers, info.hidden_size
 
 
 def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict[str, Any]:
@@ -443,20 +456,7 @@ def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict
     tensors the hardware multiplies). The second term is attention (QK^T and AV). Embedding
     lookups, norms, softmax and the head are left out, so the figure is a lower bound.
     """
-    from bench.encoders import load_encoder, transformer_layers
-
-    if args.encoder not in _MATRIX_WEIGHTS:
-        encoder, info = load_encoder({"name": args.encoder, **_encoder_cfg(args.encoder)})
-        _MATRIX_WEIGHTS[args.encoder] = sum(
-            m.weight.numel()
-            for layer in transformer_layers(encoder)
-            for m in layer.modules()
-            if isinstance(m, torch.nn.Linear)
-        )
-        _MATRIX_WEIGHTS[f"{args.encoder}:L"] = info.num_layers
-        _MATRIX_WEIGHTS[f"{args.encoder}:H"] = info.hidden_size
-    n = _MATRIX_WEIGHTS[args.encoder]
-    L_, H = _MATRIX_WEIGHTS[f"{args.encoder}:L"], _MATRIX_WEIGHTS[f"{args.encoder}:H"]
+    n, L_, H = _model_shape(args.encoder)
     flops = 6 * n * throughput["padded_tokens"] + 12 * L_ * H * throughput["padded_tokens_sq"]
     seconds = throughput["train_loop_s"]
     return {
