@@ -5,14 +5,21 @@ and the head trains on the cached states with no encoder forward at all. For ``t
 the cache holds the output of the last frozen layer and only the top k layers run.
 
 Storage: one safetensors file per (encoder weights, tokenizer, task, split, subset,
-max_length, layers, dtype); float32 by default, float16 or bfloat16 on request. Token
-states are stored without padding: ``states`` is (total tokens, n_layers, H), concatenated
-example after example, and ``index`` holds each example's ``[start, length]`` rows. The
-file name is a content hash of the key, which includes a hash of the encoder's weights and
-of the encoded inputs, so a changed key can never be served stale states. Files are
-written to a temp file in the same directory and published with ``os.replace``; a
-``filelock`` lock per entry makes concurrent processes of one sweep compute an entry once.
-A damaged (e.g. truncated) file fails validation and is rebuilt, never read.
+max_length, hidden-state layer, dtype); float32 by default, float16 or bfloat16 on
+request. Token states are stored without padding: ``states`` is (total tokens, 1, H),
+concatenated example after example, and ``index`` holds each example's ``[start, length]``
+rows. The file name is a content hash of the key, which includes a hash of the encoder's
+weights and of the encoded inputs, so a changed key can never be served stale states.
+
+One file per layer lets one encoder pass serve every head of a sweep: when a split must
+be encoded anyway, the pass also stores the layers other cells will read
+(``cache.store_layers``: ``auto`` = every hidden state while the split's states fit in
+``cache.auto_max_gb``, else only the head's), so a linear cell's pass also serves the
+last4_concat and top_k cells after it, and each cell reads only its own layers.
+
+Files are written to a temp file in the same directory and published with ``os.replace``;
+a ``filelock`` lock per split makes concurrent processes of one sweep encode it once. A
+damaged (e.g. truncated) file fails validation and is rebuilt, never read.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +50,11 @@ from bench.provenance import utc_now
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-#: ``<cache>/features/builds.jsonl``: one line per entry built (entry, host, pid, seconds),
-#: appended under the entry's lock, so it counts encoder passes across every process and
-#: node sharing the cache.
+#: 2: one file per hidden-state layer (1: one file per layer set).
+FORMAT_VERSION = 2
+#: ``<cache>/features/builds.jsonl``: one line per encoder pass (split entry, layers stored,
+#: host, pid, seconds), appended under the split's lock, so it counts encoder passes across
+#: every process and node sharing the cache.
 BUILD_LOG = "builds.jsonl"
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 #: ``cache.dtype`` default. In ``python -m bench.perf`` (32 frozen cells, 2,000 examples x 3
@@ -58,6 +66,12 @@ DEFAULT_DTYPE = "float32"
 #: Model families whose transformer layers :func:`run_top_layers` can drive directly.
 PARTIAL_FAMILIES = ("bert", "roberta")
 ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+#: ``cache.store_layers``: which layers an encoder pass stores besides the head's own.
+STORE_CHOICES = ("auto", "head", "all")
+#: ``cache.auto_max_gb`` default: ``auto`` stores every layer while a cell's splits need at
+#: most this much (minilm on a 2,000-example SST-2 subset: 0.5 GB in float32; bert-base on
+#: all of CoNLL-2003: about 16 GB, so there only the head's layers are stored).
+DEFAULT_AUTO_MAX_GB = 2.0
 
 
 def cache_dir(cfg: dict[str, Any] | None, kind: str) -> Path | None:
@@ -135,7 +149,8 @@ class FeatureKey:
         data_seed: Seed of the subset (evaluation splits: None).
         max_length: Maximum tokens per example.
         inputs: Content hash of the encoded inputs (catches any other data change).
-        layers: Hidden-state indices stored (0 = embeddings).
+        layers: Hidden-state indices stored (0 = embeddings); one per stored file, none
+            for the key of a whole split (its lock and build log).
         dtype: Storage dtype.
     """
 
@@ -157,8 +172,13 @@ class FeatureKey:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def filename(self) -> str:
-        """``<encoder>/<task>/<split>-<digest>.safetensors``."""
-        return f"{self.encoder}/{self.task}/{self.split}-{self.digest()[:32]}.safetensors"
+        """``<encoder>/<task>/<split>-L<layers>-<digest>.safetensors``."""
+        layers = "-".join(str(i) for i in self.layers)
+        return f"{self.encoder}/{self.task}/{self.split}-L{layers}-{self.digest()[:32]}.safetensors"
+
+    def with_layers(self, layers: Sequence[int]) -> FeatureKey:
+        """The same key for other layers (one layer: a stored file; none: the whole split)."""
+        return replace(self, layers=tuple(int(i) for i in layers))
 
 
 @dataclass
@@ -190,6 +210,23 @@ class FlatStates:
             raise ValueError(f"index shape {tuple(idx.shape)}, expected ({n_examples}, 2)")
         if n_examples and (int(idx[:, 0].min()) < 0 or int((idx[:, 0] + idx[:, 1]).max()) > len(s)):
             raise ValueError("index points outside the states")
+
+    def layer(self, j: int) -> FlatStates:
+        """The ``j``-th stored layer alone, (total tokens, 1, H)."""
+        return FlatStates(self.states[:, j : j + 1].contiguous(), self.index)
+
+    @staticmethod
+    def join(parts: Sequence[FlatStates]) -> FlatStates:
+        """Stack single-layer states of one split along the layer axis.
+
+        Raises:
+            ValueError: If the parts index their examples differently.
+        """
+        if len(parts) == 1:
+            return parts[0]
+        if any(not torch.equal(p.index, parts[0].index) for p in parts[1:]):
+            raise ValueError("the layers' example indexes differ")
+        return FlatStates(torch.cat([p.states for p in parts], dim=1), parts[0].index)
 
 
 class FeatureStore:
@@ -234,37 +271,73 @@ class FeatureStore:
         data = save(tensors, metadata=meta)  # safetensors bytes, published in one rename
         return atomic_write(self.path(key), lambda handle: handle.write(data), binary=True)
 
-    def get_or_build(
-        self, key: FeatureKey, n_examples: int, build: Callable[[], FlatStates]
-    ) -> tuple[FlatStates, bool]:
-        """Return the entry of ``key``, building it under a lock if needed.
+    def get_layers(
+        self,
+        key: FeatureKey,
+        layers: Sequence[int],
+        n_examples: int,
+        build: Callable[[list[int]], FlatStates],
+        extra: Sequence[int] = (),
+    ) -> tuple[FlatStates, list[int]]:
+        """Return a split's states of ``layers``, encoding the missing ones in one pass.
+
+        Each layer is its own entry. If any of ``layers`` is missing, one call of ``build``
+        under the split's lock computes every missing layer of ``layers`` and ``extra``
+        (the layers other cells of the sweep will read), and each is published.
 
         Args:
-            key: The entry's key.
-            n_examples: Examples the entry must hold (validation).
-            build: Computes the states on a miss.
+            key: The split's key (its ``layers`` are ignored).
+            layers: Hidden-state indices wanted, in the order of the returned states.
+            n_examples: Examples the split holds (validation).
+            build: Encodes the split and returns the given layers' states, in that order.
+            extra: Further layers to store when a pass runs anyway.
 
         Returns:
-            ``(states, hit)``: ``hit`` is False when this call built the entry.
+            ``(states, built)``: the states (total tokens, len(layers), H) and the layers
+            this call encoded (empty when everything was read from disk).
         """
-        flat = self.load(key, n_examples)
-        if flat is not None:
-            return flat, True
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):
-            flat = self.load(key, n_examples)  # another process may have built it meanwhile
-            if flat is not None:
-                return flat, True
-            started = time.perf_counter()
-            flat = build()
-            flat.check(n_examples, len(key.layers))
-            self.save(key, flat)
-            append_json_line(self.root / BUILD_LOG, {
-                "entry": key.filename(), "split": key.split, "host": socket.gethostname(),
-                "pid": os.getpid(), "seconds": time.perf_counter() - started, "time": utc_now(),
-            })  # fmt: skip
-        return flat, False
+        parts = self._read(key, layers, n_examples)
+        if parts is not None:
+            return FlatStates.join(parts), []
+        group = key.with_layers(())
+        lock = self.path(group).with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock)):
+            wanted = sorted({*layers, *extra})
+            have = {i: self.load(key.with_layers((i,)), n_examples) for i in wanted}
+            missing = [i for i in wanted if have[i] is None]
+            if not any(have[i] is None for i in layers):  # another process built them meanwhile
+                missing = []
+            if missing:
+                started = time.perf_counter()
+                flat = build(missing)
+                flat.check(n_examples, len(missing))
+                for j, i in enumerate(missing):
+                    have[i] = flat.layer(j)
+                    self.save(key.with_layers((i,)), have[i])  # type: ignore[arg-type]
+                append_json_line(self.root / BUILD_LOG, {
+                    "entry": group.filename(), "split": key.split, "layers": missing,
+                    "host": socket.gethostname(), "pid": os.getpid(),
+                    "seconds": time.perf_counter() - started, "time": utc_now(),
+                })  # fmt: skip
+        return FlatStates.join([have[i] for i in layers]), missing  # type: ignore[misc]
+
+    def _read(
+        self, key: FeatureKey, layers: Sequence[int], n_examples: int
+    ) -> list[FlatStates] | None:
+        """The stored layers, or None if any is missing or they disagree (then removed)."""
+        parts = []
+        for i in layers:
+            flat = self.load(key.with_layers((i,)), n_examples)
+            if flat is None:
+                return None
+            parts.append(flat)
+        if any(not torch.equal(p.index, parts[0].index) for p in parts[1:]):
+            log.warning("feature cache layers of %s disagree; rebuilding them", key.split)
+            for i in layers:
+                self.path(key.with_layers((i,))).unlink(missing_ok=True)
+            return None
+        return parts
 
 
 @torch.no_grad()
@@ -433,24 +506,72 @@ def _plan(module: Any) -> FeaturePlan | None:
     return None
 
 
+def extra_layers(
+    cfg: dict[str, Any], num_layers: int, hidden_size: int, n_tokens: int, dtype: torch.dtype
+) -> list[int]:
+    """The layers an encoder pass stores besides the head's (``cache.store_layers``).
+
+    Args:
+        cfg: The ``cache`` config: ``store_layers`` (``auto`` | ``head`` | ``all`` | a list
+            of hidden-state indices) and ``auto_max_gb``.
+        num_layers: The encoder's depth L (hidden states 0..L).
+        hidden_size: The encoder's width H.
+        n_tokens: Tokens in all the cell's splits.
+        dtype: Storage dtype.
+
+    Returns:
+        Hidden-state indices in ``0..L``.
+
+    Raises:
+        ConfigError: For an unknown choice, a bad index or a negative ``auto_max_gb``.
+    """
+    choice = cfg.get("store_layers", "auto")
+    every = list(range(num_layers + 1))
+    if isinstance(choice, str):
+        if choice not in STORE_CHOICES:
+            raise ConfigError(
+                f"cache.store_layers={choice!r}; valid choices: {', '.join(STORE_CHOICES)} "
+                "or a list of hidden-state indices"
+            )
+        if choice == "head":
+            return []
+        if choice == "all":
+            return every
+        limit = float(cfg.get("auto_max_gb", DEFAULT_AUTO_MAX_GB))
+        if limit < 0:
+            raise ConfigError(f"cache.auto_max_gb={limit}; give a size in GB >= 0")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        size_gb = n_tokens * len(every) * hidden_size * itemsize / 1e9
+        return every if size_gb <= limit else []
+    from bench.heads.layers import normalise_layers
+
+    try:
+        return sorted(set(normalise_layers(list(choice), num_layers)))
+    except ConfigError as err:
+        raise ConfigError(f"cache.store_layers: {err}") from err
+
+
 def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> dict[str, Any]:
     """Serve a set-up data module's splits from the feature cache, if the cell allows it.
 
     ``frozen`` cells get the head's layers cached and no encoder forward at all; ``top_k``
     cells get the last frozen layer's output cached and run only the top k layers. Other
-    strategies, and ``cache.enabled=false``, keep the uncached path.
+    strategies, and ``cache.enabled=false``, keep the uncached path. A split not cached
+    yet is encoded once, storing the layers of :func:`extra_layers` too.
 
     Args:
         module: The :class:`~bench.module.HeadbenchModule` (its encoder untrained so far).
         datamodule: The data module after ``setup()``.
-        cfg: The ``cache`` config (``enabled``, ``dir``, ``dtype``); None = defaults.
+        cfg: The ``cache`` config (``enabled``, ``dir``, ``dtype``, ``store_layers``,
+            ``auto_max_gb``); None = defaults.
 
     Returns:
-        What happened, for the result file: ``enabled``, ``hits``, ``misses``,
-        ``build_s``, ``layers``, ``dtype``, ``dir``.
+        What happened, for the result file: ``enabled``, ``hits``, ``misses`` (splits
+        encoded by this cell), ``stored`` (layers encoded by this cell), ``build_s``,
+        ``layers``, ``top_from``, ``dtype``, ``dir``.
 
     Raises:
-        ConfigError: For an unknown ``cache.dtype``.
+        ConfigError: For an unknown ``cache.dtype`` or ``cache.store_layers``.
     """
     cfg = dict(cfg or {})
     if not cfg.get("enabled", True):
@@ -461,12 +582,15 @@ def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> di
     dtype_name = str(cfg.get("dtype") or DEFAULT_DTYPE)
     if dtype_name not in DTYPES:
         raise ConfigError(f"cache.dtype={dtype_name!r}; valid choices: {', '.join(DTYPES)}")
+    splits = {"train": datamodule.train, **datamodule.dev}
+    n_tokens = sum(len(ex["input_ids"]) for examples in splits.values() for ex in examples)
+    extra = extra_layers(cfg, plan.num_layers, module.encoder_info.hidden_size, n_tokens,
+                         DTYPES[dtype_name])  # fmt: skip
     store = FeatureStore(cache_dir(cfg, "features"))  # type: ignore[arg-type]
     started = time.perf_counter()
     weights = weights_digest(module.encoder)
     tokenizer = tokenizer_digest(datamodule.tokenizer)
-    hits, misses = [], []
-    splits = {"train": datamodule.train, **datamodule.dev}
+    hits, misses, stored = [], [], set()
     for split, examples in splits.items():
         key = FeatureKey(
             encoder=module.encoder_info.name,
@@ -478,24 +602,27 @@ def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> di
             data_seed=int(datamodule.data_seed) if split == "train" else None,
             max_length=int(datamodule.max_length),
             inputs=inputs_digest(examples),
-            layers=tuple(plan.layers),
+            layers=(),
             dtype=dtype_name,
         )
-        flat, hit = store.get_or_build(
+        flat, built = store.get_layers(
             key,
+            plan.layers,
             len(examples),
-            lambda examples=examples: encode_split(
+            lambda layers, examples=examples: encode_split(
                 module.encoder,
                 lambda items: dict(
                     datamodule.tokenizer.pad(items, padding=True, return_tensors="pt")
                 ),
                 examples,
-                plan.layers,
+                layers,
                 int(datamodule.eval_batch_size),
                 DTYPES[dtype_name],
             ),
+            extra,
         )
-        (hits if hit else misses).append(split)
+        (misses if built else hits).append(split)
+        stored.update(built)
         cached = CachedSplit(examples, flat)
         if split == "train":
             datamodule.train = cached
@@ -506,6 +633,7 @@ def attach_cache(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> di
         "enabled": True,
         "hits": hits,
         "misses": misses,
+        "stored": sorted(stored),
         "build_s": time.perf_counter() - started,
         "layers": plan.layers,
         "top_from": plan.start,

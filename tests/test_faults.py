@@ -297,5 +297,5 @@ def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tm
     leftovers = [p.name for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert leftovers and all(n.startswith(".") and n.endswith(".tmp") for n in leftovers)
     built = FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]]))
-    flat, hit = store.get_or_build(key, 2, lambda: built)  # the next cell builds it
-    assert hit is False and torch.equal(flat.states, built.states)
+    flat, layers = store.get_layers(key, [4], 2, lambda _: built)  # the next cell builds it
+    assert layers == [4] and torch.equal(flat.states, built.states)

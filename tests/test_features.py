@@ -92,9 +92,10 @@ def test_partial_cache_runs_only_the_top_layers_with_the_same_logits(data_dir, t
         hook.remove()
 
 
-def _misses(data_dir, root, **kwargs):
+def _misses(data_dir, root, store="head", **kwargs):
     module, dm = _cell(data_dir, **kwargs)
-    return attach_cache(module, dm, {"dir": root, "dtype": "float16"})["misses"]
+    cfg = {"dir": root, "dtype": "float16", "store_layers": store}
+    return attach_cache(module, dm, cfg)["misses"]
 
 
 def test_a_changed_key_misses_the_cache(data_dir, tmp_path):
@@ -102,6 +103,7 @@ def test_a_changed_key_misses_the_cache(data_dir, tmp_path):
     assert _misses(data_dir, tmp_path) == []  # same key: served from disk
     assert _misses(data_dir, tmp_path, max_length=24) == ["train", "dev"]
     assert _misses(data_dir, tmp_path, head="last4_concat") == ["train", "dev"]  # other layers
+    assert _misses(data_dir, tmp_path, head="last4_concat") == []
     assert _misses(data_dir, tmp_path, train_size=41) == ["train"]
     assert _misses(data_dir, tmp_path, data_seed=1) == ["train"]
     assert _misses(data_dir, tmp_path, encoder="tiny_roberta") == ["train", "dev"]
@@ -120,7 +122,7 @@ def test_a_truncated_cache_file_is_rebuilt_not_read(data_dir, tmp_path):
     module, dm = _cell(data_dir)
     attach_cache(module, dm, {"dir": tmp_path, "dtype": "float32"})
     reference = _first_batch(dm)["cached_states"]
-    (entry,) = tmp_path.rglob("dev-*.safetensors")
+    (entry,) = tmp_path.rglob("dev-L4-*.safetensors")  # the layer the linear head reads
     data = entry.read_bytes()
     entry.write_bytes(data[: len(data) // 2])
     module, dm = _cell(data_dir)
@@ -128,6 +130,51 @@ def test_a_truncated_cache_file_is_rebuilt_not_read(data_dir, tmp_path):
     assert info["misses"] == ["dev"] and info["hits"] == ["train"]
     assert entry.stat().st_size == len(data)
     torch.testing.assert_close(_first_batch(dm)["cached_states"], reference)
+
+
+def _layer_files(root, split):
+    return sorted(int(p.name.split("-")[1][1:]) for p in root.rglob(f"{split}-L*.safetensors"))
+
+
+def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tmp_path):
+    """``store_layers=auto``: the first cell's pass stores all 5 hidden states of tiny_bert."""
+    module, dm = _cell(data_dir, head="linear")
+    info = attach_cache(module, dm, {"dir": tmp_path})
+    assert info["misses"] == ["train", "dev"] and info["stored"] == [0, 1, 2, 3, 4]
+    assert _layer_files(tmp_path, "train") == _layer_files(tmp_path, "dev") == [0, 1, 2, 3, 4]
+    builds = [json.loads(line) for line in (tmp_path / "features" / BUILD_LOG).read_text().splitlines()]
+    assert [(b["split"], b["layers"]) for b in builds] == [("train", [0, 1, 2, 3, 4]),
+                                                           ("dev", [0, 1, 2, 3, 4])]  # fmt: skip
+    for head, freeze, k in [("last4_concat", "frozen", None), ("bilstm", "frozen", None),
+                            ("last4_concat", "top_k", 2)]:  # fmt: skip
+        module, dm = _cell(data_dir, head=head, freeze=freeze, k=k)
+        module.eval()
+        with torch.no_grad():
+            uncached = module(_first_batch(dm))
+        info = attach_cache(module, dm, {"dir": tmp_path})
+        assert info["misses"] == [] and info["stored"] == [], (head, freeze)
+        with torch.no_grad():
+            torch.testing.assert_close(module(_first_batch(dm)), uncached, atol=1e-5, rtol=0)
+    assert len((tmp_path / "features" / BUILD_LOG).read_text().splitlines()) == 2  # still one pass per split
+
+
+def test_store_layers_choices_and_the_auto_size_limit(data_dir, tmp_path):
+    from bench.errors import ConfigError
+
+    module, dm = _cell(data_dir, head="linear")
+    info = attach_cache(module, dm, {"dir": tmp_path / "a", "auto_max_gb": 1e-6})
+    assert info["stored"] == [4]  # over the limit: only the head's layer
+    module, dm = _cell(data_dir, head="linear")
+    info = attach_cache(module, dm, {"dir": tmp_path / "b", "store_layers": [-2, 0]})
+    assert info["stored"] == [0, 3, 4] and _layer_files(tmp_path / "b", "dev") == [0, 3, 4]
+    module, dm = _cell(data_dir, head="last4_concat")  # needs 1-4; 3 and 4 are on disk
+    info = attach_cache(module, dm, {"dir": tmp_path / "b", "store_layers": "head"})
+    assert info["misses"] == ["train", "dev"] and info["stored"] == [1, 2]
+    for bad, match in [("some", r"cache.store_layers='some'; valid choices: auto, head, all"),
+                       ([9], r"cache.store_layers: head.layers contains 9")]:  # fmt: skip
+        module, dm = _cell(data_dir)
+        with pytest.raises(ConfigError, match=match):
+            attach_cache(module, dm, {"dir": tmp_path / "c", "store_layers": bad})
 
 
 def test_disabled_cache_and_other_strategies_keep_the_encoder_path(data_dir, tmp_path):
@@ -143,15 +190,15 @@ _WORKER = textwrap.dedent(
     import sys, time, torch
     sys.path.insert(0, {root!r})
     from bench.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates
-    key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (4,), "float16")
-    def build():
+    key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (), "float16")
+    def build(layers):
         with open({log!r}, "a") as handle:
             handle.write("built\\n")
         time.sleep(1.0)  # long enough for the other process to arrive meanwhile
-        states = torch.arange(6 * 8, dtype=torch.float16).reshape(6, 1, 8)
+        states = torch.arange(6 * 2 * 8, dtype=torch.float16).reshape(6, 2, 8)
         return FlatStates(states, torch.tensor([[0, 2], [2, 1], [3, 3]]))
-    flat, hit = FeatureStore({root_dir!r}).get_or_build(key, 3, build)
-    print("hit" if hit else "built", float(flat.states.sum()))
+    flat, built = FeatureStore({root_dir!r}).get_layers(key, [4], 3, build, extra=[3])
+    print("built" if built else "hit", float(flat.states.sum()))
     """
 )
 
@@ -167,12 +214,14 @@ def test_two_processes_filling_one_entry_leave_one_valid_entry(tmp_path):
     assert outputs[0][1] == outputs[1][1]
     assert log.read_text().count("built") == 1  # the encoder forward ran once
     entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
-    assert [p.suffix for p in entries if p.suffix not in (".lock", ".jsonl")] == [".safetensors"]
-    builds = (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()
-    assert len(builds) == 1 and json.loads(builds[0])["split"] == "train"  # the cache's own count
+    assert sorted(p.suffix for p in entries if p.suffix not in (".lock", ".jsonl")) == [
+        ".safetensors", ".safetensors"]  # layers 3 and 4  # fmt: skip
+    builds = [json.loads(line) for line in (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()]
+    assert [(b["split"], b["layers"]) for b in builds] == [("train", [3, 4])]  # the cache's count
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (4,), "float16")
     flat = FeatureStore(tmp_path / "cache").load(key, 3)
     assert flat is not None and flat.example(2).shape == (3, 1, 8)
+    assert float(flat.states.sum()) == float(outputs[0][1])  # layer 4 is the pass's 2nd layer
 
 
 def test_a_wrong_example_count_is_not_served(tmp_path):

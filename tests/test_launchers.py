@@ -106,7 +106,8 @@ def test_two_concurrent_jobs_needing_one_cache_entry_run_the_encoder_once(sweeps
     builds = [json.loads(line) for line in (cache / BUILD_LOG).read_text().splitlines()]
     assert sorted(b["split"] for b in builds) == ["dev", "train"]  # one encoder pass per split
     assert len({b["pid"] for b in builds}) == 1
-    assert len(list(cache.rglob("*.safetensors"))) == 2
+    stored = sum(len(b["layers"]) for b in builds)  # one file per layer the passes stored
+    assert stored >= 2 and len(list(cache.rglob("*.safetensors"))) == stored
 
 
 def test_every_launcher_preset_has_a_plugin_entry_and_composes(compose_cfg):
