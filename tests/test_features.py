@@ -142,7 +142,8 @@ def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tm
     info = attach_cache(module, dm, {"dir": tmp_path})
     assert info["misses"] == ["train", "dev"] and info["stored"] == [0, 1, 2, 3, 4]
     assert _layer_files(tmp_path, "train") == _layer_files(tmp_path, "dev") == [0, 1, 2, 3, 4]
-    builds = [json.loads(line) for line in (tmp_path / "features" / BUILD_LOG).read_text().splitlines()]
+    log = tmp_path / "features" / BUILD_LOG
+    builds = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(b["split"], b["layers"]) for b in builds] == [("train", [0, 1, 2, 3, 4]),
                                                            ("dev", [0, 1, 2, 3, 4])]  # fmt: skip
     for head, freeze, k in [("last4_concat", "frozen", None), ("bilstm", "frozen", None),
@@ -155,7 +156,7 @@ def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tm
         assert info["misses"] == [] and info["stored"] == [], (head, freeze)
         with torch.no_grad():
             torch.testing.assert_close(module(_first_batch(dm)), uncached, atol=1e-5, rtol=0)
-    assert len((tmp_path / "features" / BUILD_LOG).read_text().splitlines()) == 2  # still one pass per split
+    assert len(log.read_text().splitlines()) == 2  # still one encoder pass per split
 
 
 def test_store_layers_choices_and_the_auto_size_limit(data_dir, tmp_path):
@@ -216,7 +217,8 @@ def test_two_processes_filling_one_entry_leave_one_valid_entry(tmp_path):
     entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert sorted(p.suffix for p in entries if p.suffix not in (".lock", ".jsonl")) == [
         ".safetensors", ".safetensors"]  # layers 3 and 4  # fmt: skip
-    builds = [json.loads(line) for line in (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()]
+    lines = (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()
+    builds = [json.loads(line) for line in lines]
     assert [(b["split"], b["layers"]) for b in builds] == [("train", [3, 4])]  # the cache's count
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (4,), "float16")
     flat = FeatureStore(tmp_path / "cache").load(key, 3)
