@@ -207,6 +207,37 @@ def test_seed_spread_counts_failed_runs_per_cell(report):
     assert ok[0]["Failed"] == "0" and ok[0]["Per seed"] == "80.0 83.0 86.0"
 
 
+def _brute_force_expected_max(values, n):
+    """Mean of max over every ordered n-tuple drawn with replacement (independent of stats)."""
+    import itertools
+
+    tuples = list(itertools.product(values, repeat=n))
+    maxima = [max(t) for t in tuples]
+    return float(np.mean(maxima)), float(np.std(maxima))
+
+
+def test_expected_validation_performance_matches_brute_force_enumeration(report):
+    _, soup = report
+    section = _section(soup, "seed-spread")
+    header, rows = _table_with(section, "Seeds", "n = 3", "Best seen")
+    by_setting = {(r[2], r[3]): dict(zip(header, r, strict=True)) for r in rows}
+    for (head, freeze), values in [(("bilstm", "frozen"), [0.80, 0.83, 0.86]),
+                                   (("linear", "full"), [0.85, 0.86, 0.87])]:  # fmt: skip
+        row = by_setting[(head, freeze)]
+        assert (
+            row["Seeds"] == "3"
+            and row["n = 5"] == ""
+            and row["Best seen"] == f"{86 if head == 'bilstm' else 87}.0"
+        )
+        for n in (1, 3):
+            mean, std = _brute_force_expected_max(values, n)
+            assert row[f"n = {n}"] == f"{100 * mean:.1f} ± {100 * std:.2f}"
+    evil_full = by_setting[(EVIL, "full")]  # two runs without a score: one draw left
+    assert evil_full["Seeds"] == "1" and evil_full["n = 1"] == "50.0 ± 0.00"
+    assert "Expected validation performance" in section.get_text()
+    assert len(section.find_all("img")) == 2  # the strip plot and the EVP curves
+
+
 def test_cost_section_marks_the_pareto_front(report):
     _, soup = report
     _, rows = _table_with(_section(soup, "cost"), "Pareto-optimal in")

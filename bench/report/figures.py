@@ -250,6 +250,52 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     return fig
 
 
+def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Expected best dev score after n seeds, per head and freezing strategy (Dodge et al.).
+
+    Args:
+        evp: :func:`bench.stats.expected_validation_performance` output.
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None when no setting has two seeds or more.
+    """
+    if evp.empty or evp["n_seeds"].max() < 2:
+        return None
+    panels = _panels(evp)
+    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
+    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+        for freeze in ordered(group["freeze_label"], FREEZE_ORDER):
+            for head in palette.heads:
+                rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
+                if len(rows) < 2:
+                    continue
+                rows = rows.sort_values("n_seeds")
+                n = rows["n_seeds"].to_numpy()
+                mean = 100 * rows["expected_max"].to_numpy()
+                std = 100 * rows["expected_max_std"].to_numpy()
+                colour = palette.colour(head)
+                ax.fill_between(n, mean - std, mean + std, color=colour, alpha=0.12, lw=0)
+                ax.plot(n, mean, color=colour, marker=palette.marker(freeze), ms=4, lw=1.2,
+                        ls="-" if freeze == "full" else "--")  # fmt: skip
+        ax.set_xlabel("seeds tried (n)")
+        ax.set_ylabel(f"expected best dev {metric_title(group['metric'].iloc[0])}")
+        ax.set_title(panel_title(task, encoder, multi_encoder))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(
+        "Expected validation performance: the expected best dev score among n seeds "
+        "(lines) ± its standard deviation (bands)"
+    )
+    _head_legend(
+        fig,
+        palette,
+        [h for h in palette.heads if h in set(evp["head_label"])],
+        ordered(evp["freeze_label"], FREEZE_ORDER),
+    )
+    return fig
+
+
 def pareto_mask(cost: Sequence[float], score: Sequence[float]) -> np.ndarray:
     """Points no other point beats on both axes (lower or equal cost, higher score)."""
     c, s = np.asarray(cost, dtype=float), np.asarray(score, dtype=float)
