@@ -60,6 +60,16 @@ def _head_legend(
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 8))
 
 
+def _frame_legend(fig: Figure, palette: Palette, frame: pd.DataFrame) -> None:
+    """The legend of the heads and freezing strategies present in ``frame``."""
+    _head_legend(
+        fig,
+        palette,
+        [h for h in palette.heads if h in set(frame["head_label"])],
+        ordered(frame["freeze_label"], FREEZE_ORDER),
+    )
+
+
 def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
     """Winner's margin over the runner-up with its 95% CI, one row per setting.
 
@@ -241,12 +251,7 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         "Every seed: points = runs; × = failed (at or below the majority baseline); "
         "▼ = crashed or diverged (no score); dashed = majority class"
     )
-    _head_legend(
-        fig,
-        palette,
-        [h for h in palette.heads if h in set(runs["head_label"])],
-        ordered(runs["freeze_label"], FREEZE_ORDER),
-    )
+    _frame_legend(fig, palette, runs)
     return fig
 
 
@@ -287,12 +292,7 @@ def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figu
         "Expected validation performance: the expected best dev score among n seeds "
         "(lines) ± its standard deviation (bands)"
     )
-    _head_legend(
-        fig,
-        palette,
-        [h for h in palette.heads if h in set(evp["head_label"])],
-        ordered(evp["freeze_label"], FREEZE_ORDER),
-    )
+    _frame_legend(fig, palette, evp)
     return fig
 
 
@@ -363,12 +363,7 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
             ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
             ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"])))
     fig.suptitle("Cost vs score (mean over seeds); black outline + dashed step = Pareto front")
-    _head_legend(
-        fig,
-        palette,
-        [h for h in palette.heads if h in set(costs["head_label"])],
-        ordered(costs["freeze_label"], FREEZE_ORDER),
-    )
+    _frame_legend(fig, palette, costs)
     return fig
 
 
@@ -464,12 +459,7 @@ def learning_curves(history: pd.DataFrame, palette: Palette, multi_encoder: bool
     fig.suptitle(
         "Learning curves: dev main metric after each epoch (line = mean, band = min–max over seeds)"
     )
-    _head_legend(
-        fig,
-        palette,
-        [h for h in palette.heads if h in set(history["head_label"])],
-        ordered(history["freeze_label"], FREEZE_ORDER),
-    )
+    _frame_legend(fig, palette, history)
     return fig
 
 
