@@ -10,8 +10,10 @@ Everything is measured side by side in one run on this machine (nothing is extra
 2. ``finetune``: one full fine-tuning cell (linear head) with headbench vs the Hugging Face
    ``Trainer`` on the same model (same encoder + head module), batch size, max length,
    learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
-   batches); training examples/s (validation excluded) and both dev accuracies. The two
-   alternate in ABBA order (``--ft-repeats`` runs each) and the medians are compared.
+   batches); training examples/s (validation excluded), examples per CPU second (the
+   process's CPU time over the same span: not inflated by waiting for a shared core) and
+   both dev accuracies. The two alternate in ABBA order (``--ft-repeats`` runs each), every
+   run in a fresh process, and the medians are compared.
 3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
    the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
 
@@ -381,6 +383,37 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
     }
 
 
+def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
+    """One fine-tuning run of ``name`` (``headbench`` or ``hf_trainer``) in this process."""
+    _quiet()
+    torch.set_num_threads(args.threads)
+    overrides = _finetune_overrides(args)
+    if name == "headbench":
+        run = _run_cell(overrides, work)
+    else:
+        run = _hf_trainer_cell(args, _compose(overrides), work)
+    run["torch_threads"] = torch.get_num_threads()
+    return run
+
+
+def _finetune_run_in_fresh_process(
+    args: argparse.Namespace, name: str, work: Path
+) -> dict[str, Any]:
+    """:func:`_finetune_run` in a new (spawned) Python process.
+
+    Every run starts from the same state: nothing one framework leaves behind in the
+    process (the C allocator's heap and its mmap threshold, global torch flags, lazy
+    imports and caches warmed by the run before) speeds up or slows down the other's
+    timed loop, and no run is the only one that pays a cold start.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_finetune_run, args, name, work).result()
+
+
 def _finetune_order(repeats: int, first: str) -> list[str]:
     """ABBA order (A B B A A B ...) so that a drift in machine load hits both frameworks."""
     pair = [first, "hf_trainer" if first == "headbench" else "headbench"]
@@ -435,25 +468,21 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     """
     keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
     settings = {k: getattr(args, k) for k in (*keys, "threads")}
+    settings["fresh_process_per_run"] = True  # runs saved before were all in one process
     part = state.setdefault("finetune", {})
     if part.get("settings") != settings:
         part.clear()
         part["settings"] = settings
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
-    overrides = _finetune_overrides(args)
     order = _finetune_order(args.ft_repeats, "hf_trainer" if args.hf_first else "headbench")
     runs = part.setdefault("runs", [])
     part["order"] = order
     for i, name in enumerate(order):
         if i < len(runs):
             continue
-        if name == "headbench":
-            run = _run_cell(overrides, work / f"headbench-{i}")
-        else:
-            run = _hf_trainer_cell(args, _compose(overrides), work / f"hf-{i}")
-        run.update(framework=name, torch_threads=torch.get_num_threads(),
-                   load_avg_1min=os.getloadavg()[0])  # fmt: skip
+        run = _finetune_run_in_fresh_process(args, name, work / f"{name}-{i}")
+        run.update(framework=name, load_avg_1min=os.getloadavg()[0])
         run["flops"] = training_flops(args, run["throughput"])
         runs.append(run)
         tp = run["throughput"]
