@@ -636,7 +636,8 @@ def table(state: dict[str, Any]) -> str:
             f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
             f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
             f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
-            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each in the "
+            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each"
+            f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
             f"order {' '.join('hb' if n == 'headbench' else 'hf' for n in ft['order'])}; "
             "medians):",
             "",

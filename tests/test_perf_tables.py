@@ -88,7 +88,8 @@ def test_finetune_summary_medians_and_table():
             _run("hf_trainer", 42, 0.76), _run("headbench", 46, 0.77),
             _run("headbench", 41, 0.77), _run("hf_trainer", 43, 0.76)]  # fmt: skip
     settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
-                "max_length": 128, "batch_size": 32, "threads": 1}  # fmt: skip
+                "max_length": 128, "batch_size": 32, "threads": 1,
+                "fresh_process_per_run": True}  # fmt: skip
     part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["headbench"]["examples_per_s"] == statistics.median([40, 46, 41])
@@ -104,6 +105,7 @@ def test_finetune_summary_medians_and_table():
     text = perf.table({"finetune": part, "flops": flops})
     assert "**41.0** (0.95x)" in text and "**82%**" in text
     assert "**82.0** (0.95x) (80.0, 92.0, 82.0)" in text  # per CPU second
+    assert "3 runs each, each in a fresh process, in the order hb hf hf hb hb hf" in text
     for run in runs:  # runs saved before CPU time was recorded: no CPU row
         del run["throughput"]["train_loop_cpu_s"]
     assert "speedup_cpu" not in perf.finetune_summary(part)
