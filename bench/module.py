@@ -177,6 +177,24 @@ class HeadbenchModule(L.LightningModule):
         self._train_loss[1] += size
         return loss
 
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Any = None,
+    ) -> None:
+        """Step, then free the gradients at once (as the HF ``Trainer`` does).
+
+        Lightning zeroes gradients inside the next step's closure, after its forward
+        pass, so that forward would run with the last step's gradients (one more copy of
+        every trainable parameter) still allocated: a higher memory peak, and activations
+        that cannot reuse the freed gradient memory. Freeing them here changes no number:
+        the next backward starts from no gradients either way.
+        """
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        optimizer.zero_grad(set_to_none=True)
+
     def on_train_epoch_start(self) -> None:
         """Enter training mode (frozen parts stay in eval); reset the running loss."""
         self.train()

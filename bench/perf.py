@@ -10,8 +10,10 @@ Everything is measured side by side in one run on this machine (nothing is extra
 2. ``finetune``: one full fine-tuning cell (linear head) with headbench vs the Hugging Face
    ``Trainer`` on the same model (same encoder + head module), batch size, max length,
    learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
-   batches); training examples/s (validation excluded) and both dev accuracies. The two
-   alternate in ABBA order (``--ft-repeats`` runs each) and the medians are compared.
+   batches); training examples/s (validation excluded), examples per CPU second (the
+   process's CPU time over the same span: not inflated by waiting for a shared core) and
+   both dev accuracies. The two alternate in ABBA order (``--ft-repeats`` runs each), every
+   run in a fresh process, and the medians are compared.
 3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
    the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
 
@@ -272,6 +274,29 @@ class _CountingCollator:
         return batch
 
 
+def _train_cpu_time_callback() -> Any:
+    from transformers import TrainerCallback
+
+    class TrainCpuTime(TrainerCallback):
+        """The process's CPU time from ``on_train_begin`` to ``on_train_end``.
+
+        The span of the Trainer's ``train_runtime`` (which starts just before
+        ``on_train_begin``): the counterpart of ``TrainLoopTimer``'s ``train_loop_cpu_s``.
+        """
+
+        def __init__(self) -> None:
+            self.seconds = 0.0
+            self._since = 0.0
+
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self._since = time.process_time()
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            self.seconds = time.process_time() - self._since
+
+    return TrainCpuTime()
+
+
 def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str, Any]:
     import numpy as np
     from datasets import Dataset
@@ -333,6 +358,7 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         return {"accuracy": float((np.argmax(logits, axis=-1) == pred.label_ids).mean())}
 
     collator = _CountingCollator(DataCollatorWithPadding(tokenizer))
+    cpu = _train_cpu_time_callback()
     trainer = Trainer(
         model=model,
         args=targs,
@@ -340,6 +366,7 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         eval_dataset=to_dataset(dm.dev["dev"]),
         data_collator=collator,
         compute_metrics=accuracy,
+        callbacks=[cpu],
     )
     out = trainer.train()
     counts = dict(collator.counts)  # training batches only: evaluation comes next
@@ -350,9 +377,41 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         "throughput": {
             **counts,
             "train_loop_s": seconds,
+            "train_loop_cpu_s": cpu.seconds,
             "examples_per_s": counts["examples"] / seconds,
         },
     }
+
+
+def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
+    """One fine-tuning run of ``name`` (``headbench`` or ``hf_trainer``) in this process."""
+    _quiet()
+    torch.set_num_threads(args.threads)
+    overrides = _finetune_overrides(args)
+    if name == "headbench":
+        run = _run_cell(overrides, work)
+    else:
+        run = _hf_trainer_cell(args, _compose(overrides), work)
+    run["torch_threads"] = torch.get_num_threads()
+    return run
+
+
+def _finetune_run_in_fresh_process(
+    args: argparse.Namespace, name: str, work: Path
+) -> dict[str, Any]:
+    """:func:`_finetune_run` in a new (spawned) Python process.
+
+    Every run starts from the same state: nothing one framework leaves behind in the
+    process (the C allocator's heap and its mmap threshold, global torch flags, lazy
+    imports and caches warmed by the run before) speeds up or slows down the other's
+    timed loop, and no run is the only one that pays a cold start.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_finetune_run, args, name, work).result()
 
 
 def _finetune_order(repeats: int, first: str) -> list[str]:
@@ -385,8 +444,15 @@ def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
             "dev_accuracy": [r["dev_accuracy"]["final"] for r in runs],
             "flop_per_s": _median([r["flops"]["flop_per_s"] for r in runs]),
         }
+        cpu = [r["throughput"].get("train_loop_cpu_s") for r in runs]
+        if all(cpu):  # runs saved before CPU time was recorded have none
+            per_cpu_s = [r["throughput"]["examples"] / c for r, c in zip(runs, cpu, strict=True)]
+            out[name]["examples_per_cpu_s"] = _median(per_cpu_s)
+            out[name]["examples_per_cpu_s_all"] = per_cpu_s
     hb, hf = out["headbench"], out["hf_trainer"]
     out["speedup"] = hb["examples_per_s"] / hf["examples_per_s"]
+    if "examples_per_cpu_s" in hb and "examples_per_cpu_s" in hf:
+        out["speedup_cpu"] = hb["examples_per_cpu_s"] / hf["examples_per_cpu_s"]
     out["speedup_padded_tokens"] = hb["padded_tokens_per_s"] / hf["padded_tokens_per_s"]
     out["dev_accuracy_gap_points"] = 100 * abs(
         _median(hb["dev_accuracy"]) - _median(hf["dev_accuracy"])
@@ -402,25 +468,21 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     """
     keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
     settings = {k: getattr(args, k) for k in (*keys, "threads")}
+    settings["fresh_process_per_run"] = True  # runs saved before were all in one process
     part = state.setdefault("finetune", {})
     if part.get("settings") != settings:
         part.clear()
         part["settings"] = settings
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
-    overrides = _finetune_overrides(args)
     order = _finetune_order(args.ft_repeats, "hf_trainer" if args.hf_first else "headbench")
     runs = part.setdefault("runs", [])
     part["order"] = order
     for i, name in enumerate(order):
         if i < len(runs):
             continue
-        if name == "headbench":
-            run = _run_cell(overrides, work / f"headbench-{i}")
-        else:
-            run = _hf_trainer_cell(args, _compose(overrides), work / f"hf-{i}")
-        run.update(framework=name, torch_threads=torch.get_num_threads(),
-                   load_avg_1min=os.getloadavg()[0])  # fmt: skip
+        run = _finetune_run_in_fresh_process(args, name, work / f"{name}-{i}")
+        run.update(framework=name, load_avg_1min=os.getloadavg()[0])
         run["flops"] = training_flops(args, run["throughput"])
         runs.append(run)
         tp = run["throughput"]
@@ -574,7 +636,8 @@ def table(state: dict[str, Any]) -> str:
             f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
             f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
             f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
-            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each in the "
+            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each"
+            f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
             f"order {' '.join('hb' if n == 'headbench' else 'hf' for n in ft['order'])}; "
             "medians):",
             "",
@@ -585,6 +648,16 @@ def table(state: dict[str, Any]) -> str:
             f"({', '.join(f'{x:.1f}' for x in hb['examples_per_s_all'])}) "
             f"| **{hf['examples_per_s']:.1f}** "
             f"({', '.join(f'{x:.1f}' for x in hf['examples_per_s_all'])}) |",
+        ]
+        if "speedup_cpu" in summary:
+            lines.append(
+                "| training examples per CPU second (process time: not inflated by waiting "
+                f"for a core) | **{hb['examples_per_cpu_s']:.1f}** ({summary['speedup_cpu']:.2f}x) "
+                f"({', '.join(f'{x:.1f}' for x in hb['examples_per_cpu_s_all'])}) "
+                f"| **{hf['examples_per_cpu_s']:.1f}** "
+                f"({', '.join(f'{x:.1f}' for x in hf['examples_per_cpu_s_all'])}) |"
+            )
+        lines += [
             f"| padded tokens/s (padding share) | {hb['padded_tokens_per_s']:.0f} "
             f"({summary['speedup_padded_tokens']:.2f}x) ({100 * hb['padding']:.0f}%) "
             f"| {hf['padded_tokens_per_s']:.0f} ({100 * hf['padding']:.0f}%) |",

@@ -7,7 +7,8 @@ from typing import Any
 
 import lightning as L
 
-_TOTALS = ("seconds", "batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
+_TOTALS = ("seconds", "cpu_seconds", "batches", "examples", "tokens", "padded_tokens",
+           "padded_tokens_sq")  # fmt: skip
 
 
 class TrainLoopTimer(L.Callback):
@@ -15,23 +16,29 @@ class TrainLoopTimer(L.Callback):
 
     Counts examples, real tokens (attention mask), padded tokens ``sum(B * T)`` and
     ``sum(B * T**2)`` (what attention costs), so FLOPs follow from the model shape.
+    Besides wall time it records the process's CPU time over the same spans
+    (``time.process_time``: user + system, all threads), which time spent waiting for a
+    core on a shared machine does not inflate.
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.examples = 0
         self.tokens = 0
         self.padded_tokens = 0
         self.padded_tokens_sq = 0
         self.batches = 0
-        self._since: float | None = None
+        self._since: tuple[float, float] | None = None  # (wall, cpu) at the span's start
 
     def _open(self) -> None:
-        self._since = time.perf_counter()
+        self._since = (time.perf_counter(), time.process_time())
 
     def _close(self) -> None:
         if self._since is not None:
-            self.seconds += time.perf_counter() - self._since
+            wall, cpu = self._since
+            self.seconds += time.perf_counter() - wall
+            self.cpu_seconds += time.process_time() - cpu
             self._since = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -78,9 +85,10 @@ class TrainLoopTimer(L.Callback):
             setattr(self, key, state_dict[key])
 
     def summary(self) -> dict[str, float | int]:
-        """Seconds, counts and examples per second of the training loop."""
+        """Seconds (wall and CPU), counts and examples per second of the training loop."""
         return {
             "train_loop_s": self.seconds,
+            "train_loop_cpu_s": self.cpu_seconds,
             "batches": self.batches,
             "examples": self.examples,
             "tokens": self.tokens,

@@ -77,6 +77,7 @@ def test_grid_sizes_and_heads_arithmetic():
 def _run(framework: str, ex_per_s: float, acc: float) -> dict:
     seconds = 100.0
     tp = {"examples_per_s": ex_per_s, "train_loop_s": seconds, "examples": ex_per_s * seconds,
+          "train_loop_cpu_s": 0.5 * seconds,  # half the wall time: waiting for a core
           "tokens": 700, "padded_tokens": 1000, "padded_tokens_sq": 40000}  # fmt: skip
     return {"framework": framework, "throughput": tp, "dev_accuracy": {"final": acc},
             "flops": {"flop_per_s": 2e9 * ex_per_s, "formula": "f"}}  # fmt: skip
@@ -87,11 +88,14 @@ def test_finetune_summary_medians_and_table():
             _run("hf_trainer", 42, 0.76), _run("headbench", 46, 0.77),
             _run("headbench", 41, 0.77), _run("hf_trainer", 43, 0.76)]  # fmt: skip
     settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
-                "max_length": 128, "batch_size": 32, "threads": 1}  # fmt: skip
+                "max_length": 128, "batch_size": 32, "threads": 1,
+                "fresh_process_per_run": True}  # fmt: skip
     part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["headbench"]["examples_per_s"] == statistics.median([40, 46, 41])
     assert summary["speedup"] == pytest.approx(41 / 43)
+    assert summary["headbench"]["examples_per_cpu_s"] == statistics.median([80, 92, 82])
+    assert summary["speedup_cpu"] == pytest.approx(82 / 86)
     assert summary["dev_accuracy_gap_points"] == pytest.approx(1.0)
     part["summary"] = summary
     flops = {"threads": 1, "matmul_n": 2048, "repeats": 3,
@@ -100,4 +104,9 @@ def test_finetune_summary_medians_and_table():
              "hf_trainer_fraction_of_fp32_peak": 0.86}  # fmt: skip
     text = perf.table({"finetune": part, "flops": flops})
     assert "**41.0** (0.95x)" in text and "**82%**" in text
+    assert "**82.0** (0.95x) (80.0, 92.0, 82.0)" in text  # per CPU second
+    assert "3 runs each, each in a fresh process, in the order hb hf hf hb hb hf" in text
+    for run in runs:  # runs saved before CPU time was recorded: no CPU row
+        del run["throughput"]["train_loop_cpu_s"]
+    assert "speedup_cpu" not in perf.finetune_summary(part)
     assert perf.finetune_summary({"runs": runs[:1]}) == {}  # one framework only: no ratio

@@ -48,6 +48,10 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
                 "config", "config_hash", "encoder_info"):  # fmt: skip
         assert key in on_disk
     assert on_disk["versions"]["torch"] and on_disk["encoder_info"]["trained"] is False
+    # The training loop's work and time (validation excluded): wall and the process's CPU time.
+    tp = on_disk["throughput"]
+    assert tp["examples"] == 2 * 96 and tp["batches"] == 2 * 96 // 16
+    assert 0 < tp["train_loop_s"] < on_disk["train_time_s"] and tp["train_loop_cpu_s"] > 0
     # Predictions per example id, consistent with the recorded best metric.
     rows = _read_predictions(tmp_path / "predictions_dev.csv")
     assert sorted(int(r["idx"]) for r in rows) == list(range(872))

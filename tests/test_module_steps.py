@@ -1,0 +1,62 @@
+"""HeadbenchModule frees gradients right after each optimizer step, changing no number."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from bench.data import GlueDataModule
+from bench.encoders import load_tokenizer
+from bench.module import HeadbenchModule
+from bench.tasks import get_task
+from conftest import ENCODERS
+
+TINY = ENCODERS["tiny_bert"]
+OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 2e-2, "weight_decay": 0.01,
+         "warmup_ratio": 0.1}  # fmt: skip
+
+
+class _LightningDefaultStep(HeadbenchModule):
+    """Lightning's own ``optimizer_step``: gradients live until the next step's forward."""
+
+    optimizer_step = L.LightningModule.optimizer_step  # type: ignore[assignment]
+
+
+class _Grads(L.Callback):
+    """Whether any trainable parameter holds a gradient at the end of each batch."""
+
+    def __init__(self) -> None:
+        self.held: list[bool] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.held.append(any(p.grad is not None for p in pl_module.parameters()))
+
+
+def _fit(cls: type[HeadbenchModule], data_dir, accumulate: int) -> tuple[HeadbenchModule, _Grads]:
+    L.seed_everything(3, workers=True, verbose=False)
+    module = cls(encoder=TINY, head={"name": "pooler", "init": "random"}, freeze={"name": "full"},
+                 task="sst2", optim=OPTIM)  # fmt: skip
+    data = GlueDataModule(get_task("sst2"), load_tokenizer(TINY), data_dir=data_dir,
+                          train_size=64, data_seed=0, max_length=32, batch_size=8,
+                          eval_batch_size=64)  # fmt: skip
+    grads = _Grads()
+    trainer = L.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        num_sanity_val_steps=0, callbacks=[grads], enable_model_summary=False,
+        limit_val_batches=1, gradient_clip_val=1.0, accumulate_grad_batches=accumulate,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=data)
+    return module, grads
+
+
+def test_gradients_are_freed_after_each_step_and_training_is_bit_identical(data_dir):
+    for accumulate in (1, 2):
+        ours, grads = _fit(HeadbenchModule, data_dir, accumulate)
+        # 8 batches per epoch: gradients survive only the accumulating batches of a window
+        assert grads.held == [(i + 1) % accumulate != 0 for i in range(16)]
+        default, default_grads = _fit(_LightningDefaultStep, data_dir, accumulate)
+        assert all(default_grads.held)  # Lightning alone keeps them into the next step
+        theirs = dict(default.named_parameters())
+        for name, param in ours.named_parameters():
+            assert torch.equal(param, theirs[name]), name
+        assert ours.history == default.history
