@@ -707,7 +707,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hf-first", action="store_true", help="start the ABBA order with the HF Trainer"
     )
-    p.add_argument("--ft-repeats", type=int, default=2, help="fine-tuning runs per framework")
+    p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
     p.add_argument("--matmul-n", type=int, default=2048)
     return p  # fmt: skip
 
