@@ -303,11 +303,12 @@ class FeatureStore:
         lock = self.path(group).with_suffix(".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock)):
-            wanted = sorted({*layers, *extra})
-            have = {i: self.load(key.with_layers((i,)), n_examples) for i in wanted}
-            missing = [i for i in wanted if have[i] is None]
-            if not any(have[i] is None for i in layers):  # another process built them meanwhile
-                missing = []
+            have = {i: self.load(key.with_layers((i,)), n_examples) for i in layers}
+            missing: list[int] = []
+            if any(flat is None for flat in have.values()):  # else built meanwhile elsewhere
+                have.update({i: self.load(key.with_layers((i,)), n_examples)
+                             for i in extra if i not in have})  # fmt: skip
+                missing = sorted(i for i, flat in have.items() if flat is None)
             if missing:
                 started = time.perf_counter()
                 flat = build(missing)
