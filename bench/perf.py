@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from bench.atomic import atomic_write_json
+from bench.timing import BATCH_COUNTS, count_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
@@ -260,17 +261,11 @@ class _CountingCollator:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.counts = {"batches": 0, "examples": 0, "tokens": 0, "padded_tokens": 0,
-                       "padded_tokens_sq": 0}  # fmt: skip
+        self.counts = dict.fromkeys(BATCH_COUNTS, 0)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         batch = self.inner(features)
-        b, t = batch["attention_mask"].shape
-        self.counts["batches"] += 1
-        self.counts["examples"] += b
-        self.counts["tokens"] += int(batch["attention_mask"].sum())
-        self.counts["padded_tokens"] += b * t
-        self.counts["padded_tokens_sq"] += b * t * t
+        count_batch(self.counts, batch["attention_mask"])
         return batch
 
 

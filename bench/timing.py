@@ -7,8 +7,25 @@ from typing import Any
 
 import lightning as L
 
-_TOTALS = ("seconds", "cpu_seconds", "batches", "examples", "tokens", "padded_tokens",
-           "padded_tokens_sq")  # fmt: skip
+#: What :func:`count_batch` adds up over training batches.
+BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
+_TOTALS = ("seconds", "cpu_seconds", *BATCH_COUNTS)
+
+
+def count_batch(counts: dict[str, int], attention_mask: Any) -> None:
+    """Add one padded batch to ``counts`` (keys :data:`BATCH_COUNTS`).
+
+    Args:
+        counts: Running totals, updated in place.
+        attention_mask: The batch's (B, T) mask: examples B, real tokens ``sum(mask)``,
+            padded tokens ``B * T`` and ``B * T**2`` (what attention costs).
+    """
+    b, t = attention_mask.shape
+    counts["batches"] += 1
+    counts["examples"] += b
+    counts["tokens"] += int(attention_mask.sum())
+    counts["padded_tokens"] += b * t
+    counts["padded_tokens_sq"] += b * t * t
 
 
 class TrainLoopTimer(L.Callback):
@@ -67,13 +84,10 @@ class TrainLoopTimer(L.Callback):
         batch_idx: int,
     ) -> None:
         """Count the batch's examples and tokens."""
-        mask = batch["attention_mask"]  # (B, T)
-        b, t = mask.shape
-        self.batches += 1
-        self.examples += b
-        self.tokens += int(mask.sum())
-        self.padded_tokens += b * t
-        self.padded_tokens_sq += b * t * t
+        counts = {k: getattr(self, k) for k in BATCH_COUNTS}
+        count_batch(counts, batch["attention_mask"])
+        for key, value in counts.items():
+            setattr(self, key, value)
 
     def state_dict(self) -> dict[str, Any]:
         """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
