@@ -11,9 +11,12 @@ Everything is measured side by side in one run on this machine (nothing is extra
    ``Trainer`` on the same model (same encoder + head module), batch size, max length,
    learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
    batches); training examples/s (validation excluded), examples per CPU second (the
-   process's CPU time over the same span: not inflated by waiting for a shared core) and
-   both dev accuracies. The two alternate in ABBA order (``--ft-repeats`` runs each), every
-   run in a fresh process, and the medians are compared.
+   process's CPU time over the same span: not inflated by waiting for a shared core),
+   page faults, peak memory and the dev accuracies. Each side runs as it ships; a third
+   side, the Trainer in a process given headbench's allocator setting
+   (``runtime.malloc=tuned``, :mod:`bench.allocator`), shows what that setting is worth on
+   its own. They alternate in ABBA order (``--ft-repeats`` runs each), every run in a fresh
+   process, and the medians are compared.
 3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
    the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
 
@@ -46,6 +49,10 @@ from bench.timing import BATCH_COUNTS, count_batch
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
 GRID_MARKS = (4, 8, 12, 16, 32)
+#: Fine-tuning sides: headbench as it ships, the HF Trainer as it ships, and the Trainer in a
+#: process given headbench's allocator setting (``runtime.malloc=tuned``).
+FRAMEWORKS = ("headbench", "hf_trainer", "hf_trainer_tuned")
+_SHORT = {"headbench": "hb", "hf_trainer": "hf", "hf_trainer_tuned": "hf+malloc"}
 #: Grid paths and their ``cache.dtype`` (None: cache disabled).
 GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
 
@@ -379,15 +386,32 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
 
 
 def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
-    """One fine-tuning run of ``name`` (``headbench`` or ``hf_trainer``) in this process."""
+    """One fine-tuning run of ``name`` (one of :data:`FRAMEWORKS`) in this process.
+
+    headbench runs with its defaults, including ``runtime.malloc=tuned``; ``hf_trainer`` as
+    the Trainer ships (the process's allocator untouched); ``hf_trainer_tuned`` is the Trainer
+    in a process given headbench's allocator setting, to show what that setting is worth on
+    its own. ``peak_rss_mb`` and ``minor_faults`` are the whole (fresh) process's.
+    """
+    import resource
+
+    from bench.allocator import configure_malloc
+
     _quiet()
     torch.set_num_threads(args.threads)
     overrides = _finetune_overrides(args)
     if name == "headbench":
         run = _run_cell(overrides, work)
     else:
+        malloc = configure_malloc("tuned" if name == "hf_trainer_tuned" else "default")
         run = _hf_trainer_cell(args, _compose(overrides), work)
-    run["torch_threads"] = torch.get_num_threads()
+        run["malloc"] = malloc
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    run.update(
+        torch_threads=torch.get_num_threads(),
+        peak_rss_mb=usage.ru_maxrss / 1024,
+        minor_faults=usage.ru_minflt,
+    )
     return run
 
 
@@ -409,10 +433,9 @@ def _finetune_run_in_fresh_process(
         return pool.submit(_finetune_run, args, name, work).result()
 
 
-def _finetune_order(repeats: int, first: str) -> list[str]:
-    """ABBA order (A B B A A B ...) so that a drift in machine load hits both frameworks."""
-    pair = [first, "hf_trainer" if first == "headbench" else "headbench"]
-    return [name for r in range(repeats) for name in (pair if r % 2 == 0 else pair[::-1])]
+def _finetune_order(repeats: int, names: list[str]) -> list[str]:
+    """ABBA order (A B C C B A A B C ...) so that a drift in machine load hits every framework."""
+    return [name for r in range(repeats) for name in (names if r % 2 == 0 else names[::-1])]
 
 
 def _median(values: list[float]) -> float:
@@ -420,12 +443,16 @@ def _median(values: list[float]) -> float:
 
 
 def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
-    """Medians per framework over the repeats, the speedups, and headbench's FLOP/s."""
+    """Medians per framework over the repeats, the speedups, and each side's FLOP/s.
+
+    ``speedup`` is headbench over the Trainer as it ships; ``speedup_vs_hf_trainer_tuned``
+    (when measured) over the Trainer given headbench's allocator setting.
+    """
     out: dict[str, Any] = {}
-    for name in ("headbench", "hf_trainer"):
+    for name in FRAMEWORKS:
         runs = [r for r in part.get("runs", []) if r["framework"] == name]
         if not runs:
-            return {}
+            continue
         out[name] = {
             "runs": len(runs),
             "examples_per_s": _median([r["throughput"]["examples_per_s"] for r in runs]),
@@ -444,10 +471,20 @@ def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
             per_cpu_s = [r["throughput"]["examples"] / c for r, c in zip(runs, cpu, strict=True)]
             out[name]["examples_per_cpu_s"] = _median(per_cpu_s)
             out[name]["examples_per_cpu_s_all"] = per_cpu_s
-    hb, hf = out["headbench"], out["hf_trainer"]
-    out["speedup"] = hb["examples_per_s"] / hf["examples_per_s"]
-    if "examples_per_cpu_s" in hb and "examples_per_cpu_s" in hf:
-        out["speedup_cpu"] = hb["examples_per_cpu_s"] / hf["examples_per_cpu_s"]
+        if all("minor_faults" in r for r in runs):  # recorded since the allocator setting
+            out[name]["minor_faults"] = _median([r["minor_faults"] for r in runs])
+            out[name]["peak_rss_mb"] = _median([r["peak_rss_mb"] for r in runs])
+    if "headbench" not in out or "hf_trainer" not in out:
+        return {}
+    hb = out["headbench"]
+    for other, suffix in (("hf_trainer", ""), ("hf_trainer_tuned", "_vs_hf_trainer_tuned")):
+        if other not in out:
+            continue
+        hf = out[other]
+        out[f"speedup{suffix}"] = hb["examples_per_s"] / hf["examples_per_s"]
+        if "examples_per_cpu_s" in hb and "examples_per_cpu_s" in hf:
+            out[f"speedup_cpu{suffix}"] = hb["examples_per_cpu_s"] / hf["examples_per_cpu_s"]
+    hf = out["hf_trainer"]
     out["speedup_padded_tokens"] = hb["padded_tokens_per_s"] / hf["padded_tokens_per_s"]
     out["dev_accuracy_gap_points"] = 100 * abs(
         _median(hb["dev_accuracy"]) - _median(hf["dev_accuracy"])
@@ -464,13 +501,14 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
     settings = {k: getattr(args, k) for k in (*keys, "threads")}
     settings["fresh_process_per_run"] = True  # runs saved before were all in one process
+    settings["frameworks"] = args.ft_frameworks
     part = state.setdefault("finetune", {})
     if part.get("settings") != settings:
         part.clear()
         part["settings"] = settings
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
-    order = _finetune_order(args.ft_repeats, "hf_trainer" if args.hf_first else "headbench")
+    order = _finetune_order(args.ft_repeats, args.ft_frameworks)
     runs = part.setdefault("runs", [])
     part["order"] = order
     for i, name in enumerate(order):
@@ -562,7 +600,7 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     part = {"threads": args.threads, "matmul_n": args.matmul_n, "repeats": repeats,
             "peak_flop_per_s": peak}  # fmt: skip
     summary = (state.get("finetune") or {}).get("summary") or {}
-    for name in ("headbench", "hf_trainer"):
+    for name in FRAMEWORKS:
         if name in summary:
             achieved = summary[name]["flop_per_s"]
             part[f"{name}_fraction_of_fp32_peak"] = achieved / peak["fp32"]
@@ -572,6 +610,85 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
 
 
 # --------------------------------------------------------------------------- output
+
+
+_HEADERS = {"headbench": "headbench", "hf_trainer": "HF `Trainer`",
+            "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting"}  # fmt: skip
+
+
+def _flops_cell(name: str, side: dict[str, Any], fl: dict[str, Any]) -> str:
+    achieved = f"{side['flop_per_s'] / 1e9:.1f} G"
+    fraction = fl.get(f"{name}_fraction_of_fp32_peak")
+    if fraction is None:  # measured before this framework's fraction was computed
+        return achieved
+    if name == "headbench":
+        return f"{achieved} = **{100 * fraction:.0f}%** of fp32 peak"
+    return f"{achieved} = {100 * fraction:.0f}%"
+
+
+def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, Any]) -> list[str]:
+    """The fine-tuning part as Markdown: one column per measured framework."""
+    st = ft["settings"]
+    names = [n for n in FRAMEWORKS if n in summary]
+    sides = [summary[n] for n in names]
+
+    def each(values: list[float]) -> str:
+        return ", ".join(f"{x:.1f}" for x in values)
+
+    def ratio(name: str, key: str) -> str:
+        if name == "headbench":
+            vs = [f"{summary[key + sfx]:.2f}x vs {lbl}"
+                  for sfx, lbl in (("", "hf"), ("_vs_hf_trainer_tuned", "hf+malloc"))
+                  if key + sfx in summary]  # fmt: skip
+            return f" ({'; '.join(vs)})" if vs else ""
+        return ""
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"| {label} | {' | '.join(cells)} |"
+
+    lines = [
+        f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
+        f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
+        f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
+        f"length-grouped batches, {st['threads']} thread(s); {sides[0]['runs']} runs each"
+        f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
+        f"order {' '.join(_SHORT[n] for n in ft['order'])}; medians):",
+        "",
+        row("measurement", [_HEADERS[n] for n in names]),
+        "|---" * (len(names) + 1) + "|",
+        row("training examples/s, validation excluded (each run)",
+            [f"**{x['examples_per_s']:.1f}**{ratio(n, 'speedup')} ({each(x['examples_per_s_all'])})"
+             for n, x in zip(names, sides, strict=True)]),
+    ]  # fmt: skip
+    if all("examples_per_cpu_s" in x for x in sides):
+        lines.append(row(
+            "training examples per CPU second (process time: not inflated by waiting for a core)",
+            [f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'speedup_cpu')} "
+             f"({each(x['examples_per_cpu_s_all'])})" for n, x in zip(names, sides, strict=True)],
+        ))  # fmt: skip
+    lines += [
+        row("padded tokens/s (padding share)",
+            [f"{x['padded_tokens_per_s']:.0f} ({100 * x['padding']:.0f}%)" for x in sides]),
+        row("dev accuracy after the last epoch (each run)",
+            [each([100 * a for a in x["dev_accuracy"]]) for x in sides]),
+    ]  # fmt: skip
+    if all("minor_faults" in x for x in sides):
+        lines.append(row(
+            "page faults per run (minor) / peak resident memory",
+            [f"{x['minor_faults'] / 1e3:.0f} k / {x['peak_rss_mb']:.0f} MB" for x in sides],
+        ))  # fmt: skip
+    if fl:
+        peak = fl["peak_flop_per_s"]
+        formula = ft["runs"][0]["flops"]["formula"]
+        lines += [
+            row(f"achieved training FLOP/s ({formula})",
+                [_flops_cell(n, x, fl) for n, x in zip(names, sides, strict=True)]),
+            row(f"measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
+                f"{fl['repeats']}: fp32 / bf16",
+                [f"{peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G"]
+                + [""] * (len(names) - 1)),
+        ]  # fmt: skip
+    return lines
 
 
 def table(state: dict[str, Any]) -> str:
@@ -619,59 +736,21 @@ def table(state: dict[str, Any]) -> str:
             )
         lines.append("")
     ft = state.get("finetune") or {}
-    fl = state.get("flops") or {}
     summary = ft.get("summary") or {}
     if summary:
-        st, hb, hf = ft["settings"], summary["headbench"], summary["hf_trainer"]
-
-        def accs(side: dict[str, Any]) -> str:
-            return " / ".join(f"{100 * a:.1f}" for a in side["dev_accuracy"])
-
-        lines += [
-            f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
-            f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
-            f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
-            f"length-grouped batches, {st['threads']} thread(s); {hb['runs']} runs each"
-            f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
-            f"order {' '.join('hb' if n == 'headbench' else 'hf' for n in ft['order'])}; "
-            "medians):",
-            "",
-            "| measurement | headbench | HF `Trainer` |",
-            "|---|---|---|",
-            f"| training examples/s, validation excluded (each run) "
-            f"| **{hb['examples_per_s']:.1f}** ({summary['speedup']:.2f}x) "
-            f"({', '.join(f'{x:.1f}' for x in hb['examples_per_s_all'])}) "
-            f"| **{hf['examples_per_s']:.1f}** "
-            f"({', '.join(f'{x:.1f}' for x in hf['examples_per_s_all'])}) |",
-        ]
-        if "speedup_cpu" in summary:
-            lines.append(
-                "| training examples per CPU second (process time: not inflated by waiting "
-                f"for a core) | **{hb['examples_per_cpu_s']:.1f}** ({summary['speedup_cpu']:.2f}x) "
-                f"({', '.join(f'{x:.1f}' for x in hb['examples_per_cpu_s_all'])}) "
-                f"| **{hf['examples_per_cpu_s']:.1f}** "
-                f"({', '.join(f'{x:.1f}' for x in hf['examples_per_cpu_s_all'])}) |"
-            )
-        lines += [
-            f"| padded tokens/s (padding share) | {hb['padded_tokens_per_s']:.0f} "
-            f"({summary['speedup_padded_tokens']:.2f}x) ({100 * hb['padding']:.0f}%) "
-            f"| {hf['padded_tokens_per_s']:.0f} ({100 * hf['padding']:.0f}%) |",
-            f"| dev accuracy after the last epoch (each run) | {accs(hb)} | {accs(hf)} |",
-        ]
-        if fl:
-            peak = fl["peak_flop_per_s"]
-            formula = ft["runs"][0]["flops"]["formula"]
-            lines += [
-                f"| achieved training FLOP/s ({formula}) "
-                f"| {hb['flop_per_s'] / 1e9:.1f} G = "
-                f"**{100 * fl['headbench_fraction_of_fp32_peak']:.0f}%** of fp32 peak "
-                f"| {hf['flop_per_s'] / 1e9:.1f} G = "
-                f"{100 * fl['hf_trainer_fraction_of_fp32_peak']:.0f}% |",
-                f"| measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
-                f"{fl['repeats']}: fp32 / bf16 | {peak['fp32'] / 1e9:.1f} G / "
-                f"{peak['bf16'] / 1e9:.1f} G | |",
-            ]
+        lines += _finetune_table(ft, summary, state.get("flops") or {})
     return "\n".join(lines)
+
+
+def _frameworks(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FRAMEWORKS]
+    if unknown or len(set(names)) != len(names) or not {"headbench", "hf_trainer"} <= set(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give headbench, hf_trainer and optionally hf_trainer_tuned, each once "
+            f"(valid: {', '.join(FRAMEWORKS)})"
+        )
+    return names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -700,7 +779,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
-        "--hf-first", action="store_true", help="start the ABBA order with the HF Trainer"
+        "--ft-frameworks",
+        type=_frameworks,
+        default=list(FRAMEWORKS),
+        help="comma-separated fine-tuning sides in ABBA order, headbench and hf_trainer "
+        f"required (default: {','.join(FRAMEWORKS)})",
     )
     p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
     p.add_argument("--matmul-n", type=int, default=2048)

@@ -128,11 +128,13 @@ def check_cell(cfg: DictConfig) -> None:
         ConfigError: For a bad value, naming the key and the valid choices.
         EncoderError: For an encoder without model or tokenizer files.
     """
+    from bench.allocator import check_malloc_mode
     from bench.freezing import ADAPTIVE_STRATEGIES, STRATEGIES
     from bench.heads import build_head, build_token_head
     from bench.tasks import ALL_TASKS, get_task
 
     check_types(cfg)
+    check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     try:
         spec = get_task(str(cfg.task.name))
     except KeyError:

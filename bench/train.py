@@ -134,6 +134,7 @@ def _write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]
 def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     import lightning as L
 
+    from bench.allocator import ConfigureMalloc, configure_malloc
     from bench.data import GlueDataModule
     from bench.distributed import trainer_strategy
     from bench.encoders import load_tokenizer
@@ -143,6 +144,8 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     from bench.timing import TrainLoopTimer
     from bench.token_data import TokenDataModule, write_word_predictions
 
+    malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
+    result["runtime"] = {"malloc": configure_malloc(malloc)}
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
@@ -196,7 +199,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     timer = TrainLoopTimer()
     trainer = L.Trainer(
         **trainer_strategy(trainer_kwargs),  # ddp_spawn: see bench/distributed.py
-        callbacks=[timer],
+        callbacks=[timer, ConfigureMalloc(malloc)],
         default_root_dir=run_dir,
         logger=_loggers(run_dir),
         enable_checkpointing=False,

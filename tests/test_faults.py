@@ -68,6 +68,10 @@ CONFIG_CASES = {
         ["data.max_length=4096"],
         ["data.max_length=4096", "position limit", "1..512"],
     ),
+    "unknown allocator setting": (
+        ["runtime.malloc=jemalloc"],
+        ["runtime.malloc='jemalloc'", "tuned", "default"],
+    ),
     "encoder directory missing": (
         ["encoder.source=/nonexistent/model"],
         ["encoder directory /nonexistent/model does not exist"],

@@ -44,10 +44,23 @@ def _grid(n_unc: int, n_fp16: int, n_fp32: int) -> dict:
 
 
 def test_abba_order():
-    assert perf._finetune_order(2, "headbench") == [
+    assert perf._finetune_order(2, ["headbench", "hf_trainer"]) == [
         "headbench", "hf_trainer", "hf_trainer", "headbench"]  # fmt: skip
-    assert perf._finetune_order(3, "hf_trainer")[:4] == [
+    assert perf._finetune_order(3, ["hf_trainer", "headbench"])[:4] == [
         "hf_trainer", "headbench", "headbench", "hf_trainer"]  # fmt: skip
+    assert perf._finetune_order(2, list(perf.FRAMEWORKS)) == [
+        "headbench", "hf_trainer", "hf_trainer_tuned",
+        "hf_trainer_tuned", "hf_trainer", "headbench"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text", ["headbench", "headbench,hf_trainer,hf_trainer", "headbench,hf_trainer,xla"]
+)
+def test_the_frameworks_option_names_the_valid_sides(text):
+    with pytest.raises(SystemExit):
+        perf._parser().parse_args(["--ft-frameworks", text])
+    parsed = perf._parser().parse_args(["--ft-frameworks", "hf_trainer_tuned,hf_trainer,headbench"])
+    assert parsed.ft_frameworks == ["hf_trainer_tuned", "hf_trainer", "headbench"]
 
 
 @pytest.mark.parametrize("counts", [(0, 0, 0), (3, 0, 0), (32, 0, 0), (32, 32, 5), (32, 32, 32)])
@@ -103,10 +116,51 @@ def test_finetune_summary_medians_and_table():
              "headbench_fraction_of_fp32_peak": 0.82,
              "hf_trainer_fraction_of_fp32_peak": 0.86}  # fmt: skip
     text = perf.table({"finetune": part, "flops": flops})
-    assert "**41.0** (0.95x)" in text and "**82%**" in text
-    assert "**82.0** (0.95x) (80.0, 92.0, 82.0)" in text  # per CPU second
+    assert "**41.0** (0.95x vs hf) (40.0, 46.0, 41.0)" in text and "**82%**" in text
+    assert "**82.0** (0.95x vs hf) (80.0, 92.0, 82.0)" in text  # per CPU second
     assert "3 runs each, each in a fresh process, in the order hb hf hf hb hb hf" in text
     for run in runs:  # runs saved before CPU time was recorded: no CPU row
         del run["throughput"]["train_loop_cpu_s"]
     assert "speedup_cpu" not in perf.finetune_summary(part)
     assert perf.finetune_summary({"runs": runs[:1]}) == {}  # one framework only: no ratio
+
+
+def test_three_sides_with_faults_and_memory():
+    speeds = {
+        "headbench": [50, 52, 51],
+        "hf_trainer": [48, 49, 47],
+        "hf_trainer_tuned": [51, 53, 50],
+    }
+    order = perf._finetune_order(3, list(perf.FRAMEWORKS))
+    runs, seen = [], dict.fromkeys(speeds, 0)
+    for name in order:
+        run = _run(name, speeds[name][seen[name]], 0.8)
+        run.update(minor_faults=(1e4 if name == "hf_trainer" else 1e3) * (1 + seen[name]),
+                   peak_rss_mb=900.0 + seen[name])  # fmt: skip
+        seen[name] += 1
+        runs.append(run)
+    settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
+                "max_length": 128, "batch_size": 32, "threads": 1,
+                "fresh_process_per_run": True}  # fmt: skip
+    part = {"runs": runs, "order": order, "settings": settings}
+    summary = perf.finetune_summary(part)
+    assert summary["speedup"] == pytest.approx(51 / 48)
+    assert summary["speedup_vs_hf_trainer_tuned"] == pytest.approx(51 / 51)
+    assert summary["hf_trainer"]["minor_faults"] == 2e4
+    assert summary["hf_trainer_tuned"]["peak_rss_mb"] == 901.0
+    part["summary"] = summary
+    flops = {
+        "threads": 1,
+        "matmul_n": 2048,
+        "repeats": 3,
+        "peak_flop_per_s": {"fp32": 1e11, "bf16": 2e11},
+        "headbench_fraction_of_fp32_peak": 0.82,
+        "hf_trainer_fraction_of_fp32_peak": 0.86,
+    }  # measured before the third side
+    text = perf.table({"finetune": part, "flops": flops})
+    header = next(line for line in text.splitlines() if line.startswith("| measurement"))
+    assert header.count("|") == 5 and "headbench's allocator setting" in header
+    assert "**51.0** (1.06x vs hf; 1.00x vs hf+malloc) (50.0, 52.0, 51.0)" in text
+    assert "| 2 k / 901 MB | 20 k / 901 MB | 2 k / 901 MB |" in text
+    assert "in the order hb hf hf+malloc hf+malloc hf hb hb hf hf+malloc" in text
+    assert "| 102.0 G |" in text  # no fraction recorded for the third side: FLOP/s only

@@ -48,6 +48,9 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
                 "config", "config_hash", "encoder_info"):  # fmt: skip
         assert key in on_disk
     assert on_disk["versions"]["torch"] and on_disk["encoder_info"]["trained"] is False
+    # The allocator setting the cell ran with (runtime.malloc, default tuned; not hashed).
+    malloc = on_disk["runtime"]["malloc"]
+    assert malloc["mode"] == "tuned" and malloc["applied"] is (sys.platform == "linux")
     # The training loop's work and time (validation excluded): wall and the process's CPU time.
     tp = on_disk["throughput"]
     assert tp["examples"] == 2 * 96 and tp["batches"] == 2 * 96 // 16
@@ -187,6 +190,7 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
 
     base = config_hash(compose_cfg("seed=1", "data.dir=/a"))
     assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
+    assert config_hash(compose_cfg("seed=1", "data.dir=/a", "runtime.malloc=default")) == base
     assert config_hash(compose_cfg("seed=2", "data.dir=/a")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "head.dropout=0.2")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "data.train_size=10")) != base
