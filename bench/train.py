@@ -47,8 +47,15 @@ _HASHED_KEYS = (
 )
 _UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
 # Keys added after results were committed: hashed only when they differ from the old behaviour,
-# so existing cells keep their hashes. (`cache.*` is not hashed at all: see bench/features.py.)
+# so existing cells keep their hashes.
 _HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused": False}}
+# Cells that read cached hidden states (bench/features.py): whether they read them and in
+# which dtype changes their numbers by rounding (float16 moved 9 of 32 frozen cells of
+# bench.perf; BiLSTM training amplifies even the float32 differences of cached vs uncached),
+# so those two keys are hashed for these cells when they differ from the defaults. Where the
+# cache lives, and which extra layers a pass stores, change nothing.
+_CACHE_READERS = ("frozen", "top_k")
+_HASHED_CACHE_UNLESS_DEFAULT = {"enabled": True, "dtype": "float32"}
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:
@@ -96,6 +103,12 @@ def config_hash(cfg: DictConfig) -> str:
             if part.get(key, default) == default:
                 part.pop(key, None)
         hashed[section] = part
+    if cfg.freeze.get("name") in _CACHE_READERS:
+        cache = cfg.get("cache") or {}
+        changed = {key: cache.get(key) for key, default in _HASHED_CACHE_UNLESS_DEFAULT.items()
+                   if cache.get(key) not in (default, None)}  # fmt: skip
+        if changed:
+            hashed["cache"] = changed
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -64,3 +65,31 @@ def test_an_unknown_mode_names_the_key_and_the_choices(mode):
         configure_malloc(mode)  # type: ignore[arg-type]
     assert f"runtime.malloc={mode!r}" in str(err.value)
     assert all(choice in str(err.value) for choice in CHOICES)
+
+
+def _fine_tune(tmp_path, malloc: str) -> dict:
+    """A real minilm fine-tuning cell (its 47 MB embedding gradient is an mmap block by default)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    args = ["encoder=minilm", "head=linear", "freeze=full", "task=sst2", "seed=1",
+            "data.train_size=64", "data.max_length=32", "trainer.max_epochs=1",
+            "+trainer.limit_val_batches=2", "trainer.log_every_n_steps=1",
+            f"runtime.malloc={malloc}", f"hydra.run.dir={tmp_path / malloc}",
+            f"cache.dir={tmp_path / 'cache'}"]  # fmt: skip
+    subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, check=True,
+                   capture_output=True, text=True, timeout=600)  # fmt: skip
+    return json.loads((tmp_path / malloc / "result.json").read_text())
+
+
+@pytest.mark.skipif(not GLIBC, reason="the tuning is glibc's mallopt")
+def test_the_setting_changes_no_number(tmp_path):
+    default, tuned = _fine_tune(tmp_path, "default"), _fine_tune(tmp_path, "tuned")
+    assert default["status"] == tuned["status"] == "ok"
+    assert tuned["runtime"]["malloc"]["applied"] and not default["runtime"]["malloc"]["applied"]
+    assert tuned["config_hash"] == default["config_hash"]  # not hashed: same cell
+    # Bit for bit: every logged training loss and the dev metrics.
+    steps = [
+        (tmp_path / m / "logs" / "metrics.csv").read_text().splitlines()
+        for m in ("default", "tuned")
+    ]
+    assert len(steps[0]) > 2 and steps[0] == steps[1]
+    assert tuned["history"] == default["history"] and tuned["best"] == default["best"]

@@ -247,7 +247,8 @@ def test_cached_and_uncached_frozen_cells_score_alike(compose_cfg, data_dir, tmp
     for a, b in zip(cached["history"], uncached["history"], strict=True):
         assert a["dev"]["accuracy"] == b["dev"]["accuracy"]
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-4)
-    assert config_hash(compose_cfg(*common)) == config_hash(uncached_cfg)  # cache.* not hashed
+    # Same scores here, but BiLSTM training can amplify the rounding: a different cell.
+    assert config_hash(compose_cfg(*common)) != config_hash(uncached_cfg)
 
 
 def test_new_data_keys_leave_existing_config_hashes_alone(compose_cfg):

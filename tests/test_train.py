@@ -191,6 +191,22 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
     base = config_hash(compose_cfg("seed=1", "data.dir=/a"))
     assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "runtime.malloc=default")) == base
+    # The feature cache: hashed for cells that read it, only when not the defaults.
+    frozen = config_hash(compose_cfg("seed=1", "freeze=frozen"))
+    for same in ("cache.enabled=true", "cache.dtype=float32", "cache.dir=/x",
+                 "cache.store_layers=all"):  # fmt: skip
+        assert config_hash(compose_cfg("seed=1", "freeze=frozen", same)) == frozen
+    uncached = config_hash(compose_cfg("seed=1", "freeze=frozen", "cache.enabled=false"))
+    fp16 = config_hash(compose_cfg("seed=1", "freeze=frozen", "cache.dtype=float16"))
+    assert len({frozen, uncached, fp16}) == 3
+    top2 = config_hash(compose_cfg("seed=1", "freeze=top_k", "freeze.k=2"))
+    assert (
+        config_hash(compose_cfg("seed=1", "freeze=top_k", "freeze.k=2", "cache.enabled=false"))
+        != top2
+    )
+    assert config_hash(compose_cfg("seed=1", "cache.enabled=false")) == config_hash(
+        compose_cfg("seed=1")
+    )  # full fine-tuning never reads the cache
     assert config_hash(compose_cfg("seed=2", "data.dir=/a")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "head.dropout=0.2")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "data.train_size=10")) != base
