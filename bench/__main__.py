@@ -16,11 +16,15 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from bench.resume import CellState
 
 _MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -32,25 +36,40 @@ def config_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "conf"
 
 
+def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
+    """Say why a cell is not trained, and log it in the sweep's ``launches.jsonl``."""
+    hints = {"running": " in another process", "failed": "; +rerun_failed=true re-runs it",
+             "diverged": "; +rerun_failed=true re-runs it"}  # fmt: skip
+    print(f"skip ({state.state}{hints.get(state.state, '')}): {run_dir}/result.json")
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        from bench.run_records import log_launch_event
+
+        cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
+        log_launch_event(hydra_cfg.sweep.dir, "skip", cell_path=cell_path, state=state.state)
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from bench.resume import cell_state, clear_run_outputs, should_run
+    from bench.resume import (
+        RUNNING,
+        CellState,
+        cell_lock,
+        cell_state,
+        clear_run_outputs,
+        should_run,
+    )
     from bench.train import config_hash, run
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    state = cell_state(run_dir, config_hash(cfg))
-    if not should_run(state, bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))):
-        hint = "; +rerun_failed=true re-runs it" if state.state != "done" else ""
-        print(f"skip ({state.state}{hint}): {run_dir}/result.json")
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            from bench.run_records import log_launch_event
-
-            cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
-            log_launch_event(hydra_cfg.sweep.dir, "skip", cell_path=cell_path, state=state.state)
-        return
-    clear_run_outputs(run_dir)
-    result = run(cfg, run_dir)
+    rerun_failed, force = bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))
+    with cell_lock(run_dir) as mine:  # two launches never train one cell at once
+        state = cell_state(run_dir, config_hash(cfg)) if mine else CellState(RUNNING)
+        if not should_run(state, rerun_failed, force):
+            _report_skip(hydra_cfg, run_dir, state)
+            return
+        clear_run_outputs(run_dir)
+        result = run(cfg, run_dir)
     status = result["status"]
     print(f"{status}: {run_dir}/result.json")
     if status != "ok" and hydra_cfg.mode == RunMode.RUN:

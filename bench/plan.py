@@ -21,7 +21,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench.resume import CellState, cell_state, should_run
+from bench.resume import CellState, cell_state, running_elsewhere, should_run
 from bench.train import cell_path, config_hash
 
 
@@ -91,7 +91,8 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
         base = hydra.compose_config("config", overrides, run_mode=run_mode)
         for job in _job_overrides(base, overrides, multirun):
             cfg = compose("config", overrides=job, return_hydra_config=True)
-            state = cell_state(_run_dir(cfg, multirun), config_hash(cfg))
+            run_dir = _run_dir(cfg, multirun)
+            state = running_elsewhere(run_dir) or cell_state(run_dir, config_hash(cfg))
             will_run = should_run(
                 state, bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))
             )

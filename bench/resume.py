@@ -6,19 +6,30 @@ same configuration (same :func:`bench.train.config_hash`); failed and diverged c
 re-run only when asked (``+rerun_failed=true``); everything else (no result, a result
 that cannot be read, a result for a different configuration) is trained again, after the
 previous attempt's leftovers are removed so that nothing half-written survives.
+
+A cell being trained holds ``<run_dir>/.running.lock`` (an OS file lock, released when its
+process exits, even when killed), so two launches over overlapping cells never train the
+same cell at once: the second skips it as ``running``.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from bench.collect import RESULT_FILE
 
 #: Status of a cell as seen from its run directory.
-STATES = ("done", "failed", "diverged", "stale", "corrupt", "pending")
+STATES = ("done", "failed", "diverged", "stale", "corrupt", "pending", "running")
+RUNNING_LOCK = ".running.lock"
+#: The state of a cell another process is training now: never started twice, not even by force.
+RUNNING = "running"
 FAILED_STATES = frozenset({"failed", "diverged"})
 # What a run leaves in its directory (Hydra's own `.hydra/` is rewritten by every launch).
 _RUN_OUTPUTS = ("logs", "tb", "predictions_*", ".*.tmp", RESULT_FILE)
@@ -31,7 +42,8 @@ class CellState:
     Attributes:
         state: One of :data:`STATES`: ``done`` (``ok`` for this config), ``failed``,
             ``diverged``, ``stale`` (a result for another config), ``corrupt``
-            (unreadable result file) or ``pending`` (no result).
+            (unreadable result file), ``pending`` (no result) or ``running`` (another
+            process is training it: see :func:`cell_lock`).
         reason: The stored failure reason, or why the file is stale or corrupt.
     """
 
@@ -78,6 +90,8 @@ def should_run(state: CellState, rerun_failed: bool = False, force: bool = False
     Returns:
         True when the cell must be trained.
     """
+    if state.state == RUNNING:
+        return False
     if force:
         return True
     if state.state == "done":
@@ -85,6 +99,38 @@ def should_run(state: CellState, rerun_failed: bool = False, force: bool = False
     if state.state in FAILED_STATES:
         return rerun_failed
     return True
+
+
+@contextmanager
+def cell_lock(run_dir: str | Path) -> Iterator[bool]:
+    """Hold the cell's running lock while this process trains it.
+
+    Args:
+        run_dir: The cell's run directory (created if missing).
+
+    Yields:
+        True when this process now holds the lock (released on exit from the block);
+        False when another process holds it, i.e. is training the cell.
+    """
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(Path(run_dir) / RUNNING_LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def running_elsewhere(run_dir: str | Path) -> CellState | None:
+    """The ``running`` state if another process is training the cell now, else None."""
+    if not (Path(run_dir) / RUNNING_LOCK).exists():
+        return None
+    with cell_lock(run_dir) as mine:
+        return None if mine else CellState(RUNNING, "another process is training it")
 
 
 def clear_run_outputs(run_dir: str | Path) -> list[Path]:

@@ -15,7 +15,14 @@ import pytest
 
 from bench.collect import collect, read_table
 from bench.plan import plan
-from bench.resume import CellState, cell_state, clear_run_outputs, should_run
+from bench.resume import (
+    CellState,
+    cell_lock,
+    cell_state,
+    clear_run_outputs,
+    running_elsewhere,
+    should_run,
+)
 from bench.run_records import last_launch, read_launch_log
 from conftest import CONF, ROOT
 
@@ -86,6 +93,7 @@ def test_cell_state_classifies_every_kind_of_run_directory(tmp_path):
         ("failed", True, False, True),
         ("diverged", False, False, False),
         ("diverged", True, False, True),
+        ("running", True, True, False),  # another process is training it: never twice
     ],
 )
 def test_which_cells_run_again(state, rerun_failed, force, expected):
@@ -239,3 +247,37 @@ def test_a_sweep_whose_cells_share_a_run_directory_stops_before_training(tmp_pat
     assert not (tmp_path / "runs").exists()
     labelled = _bench(*sweep, "head.label=linear-${head.layers}", "--dry-run").stdout
     assert "2 cells: 2 pending; 2 would run" in labelled and "shared" not in labelled
+
+
+# --- one cell, one process ---------------------------------------------------------------
+
+HOLD = """
+import sys, time
+from bench.resume import cell_lock
+with cell_lock(sys.argv[1]) as mine:
+    print("held" if mine else "refused", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_cell_another_process_is_training_is_skipped_not_trained_twice(tmp_path):
+    run_dir = tmp_path / "runs" / "cell"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert running_elsewhere(run_dir) == CellState("running", "another process is training it")
+        with cell_lock(run_dir) as mine:
+            assert mine is False
+        # The real command, even with +force=true: it says so and trains nothing.
+        args = ("task=sst2", "head=linear", "seed=1", f"hydra.run.dir={run_dir}", "+force=true")
+        proc = _bench(*args, *TINY)
+        assert f"skip (running in another process): {run_dir}/result.json" in proc.stdout
+        assert not (run_dir / "result.json").exists()
+        assert "running" in _bench(*args, *TINY, "--dry-run").stdout
+    finally:
+        holder.send_signal(signal.SIGKILL)  # killed, as a crashed sweep would be
+        holder.wait()
+    assert running_elsewhere(run_dir) is None  # the OS released the dead holder's lock
+    with cell_lock(run_dir) as mine:
+        assert mine is True
