@@ -155,8 +155,11 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: Training batch size.
         eval_batch_size: Evaluation batch size.
         num_workers: DataLoader workers.
-        group_by_length: Draw training batches of similar lengths (less padding), with
-            ``transformers``' ``LengthGroupedSampler`` (random mega-batches sorted by length).
+        group_by_length: Draw training batches of similar lengths (less padding): ``True``
+            with ``transformers``' ``LengthGroupedSampler`` (random mega-batches of 50
+            batches sorted by length, as the HF Trainer's ``group_by_length``), ``"bucket"``
+            with :class:`~bench.samplers.BucketedLengthSampler` (the whole split sorted by
+            a noisy length, batches shuffled: less padding still), ``False`` shuffled.
         token_cache_dir: Where tokenized splits are cached for later cells
             (:mod:`bench.token_cache`); None tokenizes every time.
     """
@@ -172,7 +175,7 @@ class SplitLoaders(L.LightningDataModule):
         batch_size: int,
         eval_batch_size: int,
         num_workers: int = 0,
-        group_by_length: bool = False,
+        group_by_length: bool | str = False,
         token_cache_dir: str | Path | None = None,
     ) -> None:
         super().__init__()
@@ -255,12 +258,17 @@ class SplitLoaders(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled training batches (order from the global seed), length-grouped if asked."""
         assert self.train is not None, "call setup() first"
-        sampler = None
+        sampler: Any = None
         if self.group_by_length:
-            from transformers.trainer_pt_utils import LengthGroupedSampler
-
             lengths = [len(self.train[i]["input_ids"]) for i in range(len(self.train))]
-            sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
+            if self.group_by_length == "bucket":
+                from bench.samplers import BucketedLengthSampler
+
+                sampler = BucketedLengthSampler(lengths, self.batch_size)
+            else:
+                from transformers.trainer_pt_utils import LengthGroupedSampler
+
+                sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
         return DataLoader(
             self.train,  # type: ignore[arg-type]
             batch_size=self.batch_size,

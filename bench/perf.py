@@ -44,15 +44,21 @@ from typing import Any
 import torch
 
 from bench.atomic import atomic_write_json
-from bench.timing import BATCH_COUNTS, count_batch
+from bench.timing import BATCH_COUNTS, count_batch, minor_faults
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
 GRID_MARKS = (4, 8, 12, 16, 32)
-#: Fine-tuning sides: headbench as it ships, the HF Trainer as it ships, and the Trainer in a
-#: process given headbench's allocator setting (``runtime.malloc=tuned``).
-FRAMEWORKS = ("headbench", "hf_trainer", "hf_trainer_tuned")
-_SHORT = {"headbench": "hb", "hf_trainer": "hf", "hf_trainer_tuned": "hf+malloc"}
+#: Fine-tuning sides: headbench's fast path (bucketed batches, ``data.group_by_length=bucket``),
+#: headbench with the Trainer's own length grouping (the same batches' statistics), the HF
+#: Trainer as it ships, and the Trainer in a process given headbench's allocator setting
+#: (``runtime.malloc=tuned``). Both headbench sides run with its defaults otherwise.
+FRAMEWORKS = ("headbench", "headbench_hf_sampler", "hf_trainer", "hf_trainer_tuned")
+HEADBENCH_SIDES = ("headbench", "headbench_hf_sampler")
+HF_SIDES = ("hf_trainer", "hf_trainer_tuned")
+_GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true"}
+_SHORT = {"headbench": "hb", "headbench_hf_sampler": "hb/hf-sampler", "hf_trainer": "hf",
+          "hf_trainer_tuned": "hf+malloc"}  # fmt: skip
 #: Grid paths and their ``cache.dtype`` (None: cache disabled).
 GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
 
@@ -245,7 +251,7 @@ class _EncoderWithHead(torch.nn.Module):
         return result
 
 
-def _finetune_overrides(args: argparse.Namespace) -> list[str]:
+def _finetune_overrides(args: argparse.Namespace, grouping: str = "true") -> list[str]:
     return [
         f"encoder={args.encoder}",
         "head=linear",
@@ -255,7 +261,7 @@ def _finetune_overrides(args: argparse.Namespace) -> list[str]:
         f"data.train_size={args.ft_train_size}",
         f"data.max_length={args.max_length}",
         f"data.batch_size={args.batch_size}",
-        "data.group_by_length=true",
+        f"data.group_by_length={grouping}",
         f"trainer.max_epochs={args.ft_epochs}",
         "trainer.log_every_n_steps=50",
         "optim.head_lr=${optim.encoder_lr}",  # one learning rate, as the HF Trainer uses
@@ -280,21 +286,24 @@ def _train_cpu_time_callback() -> Any:
     from transformers import TrainerCallback
 
     class TrainCpuTime(TrainerCallback):
-        """The process's CPU time from ``on_train_begin`` to ``on_train_end``.
+        """The process's CPU time and page faults from ``on_train_begin`` to ``on_train_end``.
 
         The span of the Trainer's ``train_runtime`` (which starts just before
-        ``on_train_begin``): the counterpart of ``TrainLoopTimer``'s ``train_loop_cpu_s``.
+        ``on_train_begin``): the counterpart of ``TrainLoopTimer``'s ``train_loop_cpu_s``
+        and ``train_loop_minor_faults``.
         """
 
         def __init__(self) -> None:
             self.seconds = 0.0
-            self._since = 0.0
+            self.faults = 0
+            self._since = (0.0, 0)
 
         def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
-            self._since = time.process_time()
+            self._since = (time.process_time(), minor_faults())
 
         def on_train_end(self, *args: Any, **kwargs: Any) -> None:
-            self.seconds = time.process_time() - self._since
+            self.seconds = time.process_time() - self._since[0]
+            self.faults = minor_faults() - self._since[1]
 
     return TrainCpuTime()
 
@@ -380,6 +389,7 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
             **counts,
             "train_loop_s": seconds,
             "train_loop_cpu_s": cpu.seconds,
+            "train_loop_minor_faults": cpu.faults,
             "examples_per_s": counts["examples"] / seconds,
         },
     }
@@ -388,10 +398,11 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
 def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
     """One fine-tuning run of ``name`` (one of :data:`FRAMEWORKS`) in this process.
 
-    headbench runs with its defaults, including ``runtime.malloc=tuned``; ``hf_trainer`` as
-    the Trainer ships (the process's allocator untouched); ``hf_trainer_tuned`` is the Trainer
-    in a process given headbench's allocator setting, to show what that setting is worth on
-    its own. ``peak_rss_mb`` and ``minor_faults`` are the whole (fresh) process's.
+    The headbench sides run with its defaults (``runtime.malloc=tuned``) and their length
+    grouping (:data:`_GROUPING`); ``hf_trainer`` as the Trainer ships (the process's
+    allocator untouched); ``hf_trainer_tuned`` is the Trainer in a process given headbench's
+    allocator setting, to show what that setting is worth on its own. ``peak_rss_mb`` and
+    ``minor_faults`` are the whole (fresh) process's.
     """
     import resource
 
@@ -399,12 +410,11 @@ def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, 
 
     _quiet()
     torch.set_num_threads(args.threads)
-    overrides = _finetune_overrides(args)
-    if name == "headbench":
-        run = _run_cell(overrides, work)
+    if name in HEADBENCH_SIDES:
+        run = _run_cell(_finetune_overrides(args, _GROUPING[name]), work)
     else:
         malloc = configure_malloc("tuned" if name == "hf_trainer_tuned" else "default")
-        run = _hf_trainer_cell(args, _compose(overrides), work)
+        run = _hf_trainer_cell(args, _compose(_finetune_overrides(args)), work)
         run["malloc"] = malloc
     usage = resource.getrusage(resource.RUSAGE_SELF)
     run.update(
@@ -445,8 +455,8 @@ def _median(values: list[float]) -> float:
 def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
     """Medians per framework over the repeats, the speedups, and each side's FLOP/s.
 
-    ``speedup`` is headbench over the Trainer as it ships; ``speedup_vs_hf_trainer_tuned``
-    (when measured) over the Trainer given headbench's allocator setting.
+    ``speedup`` (and ``speedup_cpu``) is headbench's fast path over the Trainer as it ships;
+    ``ratios[headbench side][HF side]`` has every headbench side over every HF side measured.
     """
     out: dict[str, Any] = {}
     for name in FRAMEWORKS:
@@ -474,17 +484,25 @@ def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
         if all("minor_faults" in r for r in runs):  # recorded since the allocator setting
             out[name]["minor_faults"] = _median([r["minor_faults"] for r in runs])
             out[name]["peak_rss_mb"] = _median([r["peak_rss_mb"] for r in runs])
+        loop_faults = [r["throughput"].get("train_loop_minor_faults") for r in runs]
+        if all(f is not None for f in loop_faults):
+            out[name]["train_loop_minor_faults"] = _median(loop_faults)  # type: ignore[arg-type]
     if "headbench" not in out or "hf_trainer" not in out:
         return {}
-    hb = out["headbench"]
-    for other, suffix in (("hf_trainer", ""), ("hf_trainer_tuned", "_vs_hf_trainer_tuned")):
-        if other not in out:
-            continue
-        hf = out[other]
-        out[f"speedup{suffix}"] = hb["examples_per_s"] / hf["examples_per_s"]
-        if "examples_per_cpu_s" in hb and "examples_per_cpu_s" in hf:
-            out[f"speedup_cpu{suffix}"] = hb["examples_per_cpu_s"] / hf["examples_per_cpu_s"]
-    hf = out["hf_trainer"]
+    # ratios[headbench side][HF side]: examples/s and examples per CPU second.
+    ratios: dict[str, dict[str, dict[str, float]]] = {}
+    for mine in (n for n in HEADBENCH_SIDES if n in out):
+        for theirs in (n for n in HF_SIDES if n in out):
+            a, b = out[mine], out[theirs]
+            pair = {"examples_per_s": a["examples_per_s"] / b["examples_per_s"]}
+            if "examples_per_cpu_s" in a and "examples_per_cpu_s" in b:
+                pair["examples_per_cpu_s"] = a["examples_per_cpu_s"] / b["examples_per_cpu_s"]
+            ratios.setdefault(mine, {})[theirs] = pair
+    out["ratios"] = ratios
+    hb, hf = out["headbench"], out["hf_trainer"]
+    out["speedup"] = ratios["headbench"]["hf_trainer"]["examples_per_s"]
+    if "examples_per_cpu_s" in ratios["headbench"]["hf_trainer"]:
+        out["speedup_cpu"] = ratios["headbench"]["hf_trainer"]["examples_per_cpu_s"]
     out["speedup_padded_tokens"] = hb["padded_tokens_per_s"] / hf["padded_tokens_per_s"]
     out["dev_accuracy_gap_points"] = 100 * abs(
         _median(hb["dev_accuracy"]) - _median(hf["dev_accuracy"])
@@ -502,6 +520,7 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     settings = {k: getattr(args, k) for k in (*keys, "threads")}
     settings["fresh_process_per_run"] = True  # runs saved before were all in one process
     settings["frameworks"] = args.ft_frameworks
+    settings["headbench_grouping"] = {n: _GROUPING[n] for n in args.ft_frameworks if n in _GROUPING}
     part = state.setdefault("finetune", {})
     if part.get("settings") != settings:
         part.clear()
@@ -612,7 +631,9 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
 # --------------------------------------------------------------------------- output
 
 
-_HEADERS = {"headbench": "headbench", "hf_trainer": "HF `Trainer`",
+_HEADERS = {"headbench": "headbench (bucketed batches)",
+            "headbench_hf_sampler": "headbench, the Trainer's length grouping",
+            "hf_trainer": "HF `Trainer`",
             "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting"}  # fmt: skip
 
 
@@ -636,12 +657,12 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
         return ", ".join(f"{x:.1f}" for x in values)
 
     def ratio(name: str, key: str) -> str:
-        if name == "headbench":
-            vs = [f"{summary[key + sfx]:.2f}x vs {lbl}"
-                  for sfx, lbl in (("", "hf"), ("_vs_hf_trainer_tuned", "hf+malloc"))
-                  if key + sfx in summary]  # fmt: skip
-            return f" ({'; '.join(vs)})" if vs else ""
-        return ""
+        vs = [
+            f"{pair[key]:.2f}x vs {_SHORT[other]}"
+            for other, pair in summary.get("ratios", {}).get(name, {}).items()
+            if key in pair
+        ]
+        return f" ({'; '.join(vs)})" if vs else ""  # fmt: skip
 
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | {' | '.join(cells)} |"
@@ -650,20 +671,21 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
         f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
         f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
         f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
-        f"length-grouped batches, {st['threads']} thread(s); {sides[0]['runs']} runs each"
+        f"length-grouped batches (headbench: bucketed unless said), {st['threads']} "
+        f"thread(s); {sides[0]['runs']} runs each"
         f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
         f"order {' '.join(_SHORT[n] for n in ft['order'])}; medians):",
         "",
         row("measurement", [_HEADERS[n] for n in names]),
         "|---" * (len(names) + 1) + "|",
         row("training examples/s, validation excluded (each run)",
-            [f"**{x['examples_per_s']:.1f}**{ratio(n, 'speedup')} ({each(x['examples_per_s_all'])})"
-             for n, x in zip(names, sides, strict=True)]),
+            [f"**{x['examples_per_s']:.1f}**{ratio(n, 'examples_per_s')} "
+             f"({each(x['examples_per_s_all'])})" for n, x in zip(names, sides, strict=True)]),
     ]  # fmt: skip
     if all("examples_per_cpu_s" in x for x in sides):
         lines.append(row(
             "training examples per CPU second (process time: not inflated by waiting for a core)",
-            [f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'speedup_cpu')} "
+            [f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'examples_per_cpu_s')} "
              f"({each(x['examples_per_cpu_s_all'])})" for n, x in zip(names, sides, strict=True)],
         ))  # fmt: skip
     lines += [
@@ -672,9 +694,14 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
         row("dev accuracy after the last epoch (each run)",
             [each([100 * a for a in x["dev_accuracy"]]) for x in sides]),
     ]  # fmt: skip
+    if all("train_loop_minor_faults" in x for x in sides):
+        lines.append(row(
+            "minor page faults in the training loop",
+            [f"{x['train_loop_minor_faults'] / 1e3:.0f} k" for x in sides],
+        ))  # fmt: skip
     if all("minor_faults" in x for x in sides):
         lines.append(row(
-            "page faults per run (minor) / peak resident memory",
+            "minor page faults of the whole run / its peak resident memory",
             [f"{x['minor_faults'] / 1e3:.0f} k / {x['peak_rss_mb']:.0f} MB" for x in sides],
         ))  # fmt: skip
     if fl:
@@ -747,7 +774,7 @@ def _frameworks(text: str) -> list[str]:
     unknown = [n for n in names if n not in FRAMEWORKS]
     if unknown or len(set(names)) != len(names) or not {"headbench", "hf_trainer"} <= set(names):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give headbench, hf_trainer and optionally hf_trainer_tuned, each once "
+            f"{text!r}: give headbench and hf_trainer, optionally the others, each once "
             f"(valid: {', '.join(FRAMEWORKS)})"
         )
     return names

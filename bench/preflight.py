@@ -42,7 +42,6 @@ TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
     "optim.warmup_ratio": (NUMBER, 0),
     "optim.adam_eps": (NUMBER, 0),
     "optim.fused": ((bool,), None),
-    "data.group_by_length": ((bool,), None),
 }
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved for padding
 
@@ -73,6 +72,12 @@ def check_types(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r}: must be {_type_names(types)}")
         if value is not None and lower is not None and value < lower:
             raise ConfigError(f"{key}={value!r}: must be at least {lower}")
+    grouping = OmegaConf.select(cfg, "data.group_by_length", default=False)
+    if not (isinstance(grouping, bool) or grouping == "bucket"):
+        raise ConfigError(
+            f"data.group_by_length={grouping!r}: valid choices: false, true (the HF Trainer's "
+            "length-grouped mega-batches), bucket (bench/samplers.py)"
+        )
     ratio = OmegaConf.select(cfg, "optim.warmup_ratio", default=None)
     if isinstance(ratio, (int, float)) and ratio > 1:
         raise ConfigError(f"optim.warmup_ratio={ratio!r}: must be between 0 and 1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any
 
@@ -9,7 +10,12 @@ import lightning as L
 
 #: What :func:`count_batch` adds up over training batches.
 BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
-_TOTALS = ("seconds", "cpu_seconds", *BATCH_COUNTS)
+_TOTALS = ("seconds", "cpu_seconds", "minor_faults", *BATCH_COUNTS)
+
+
+def minor_faults() -> int:
+    """The process's minor page faults so far (pages the kernel mapped in and zeroed)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def count_batch(counts: dict[str, int], attention_mask: Any) -> None:
@@ -35,27 +41,30 @@ class TrainLoopTimer(L.Callback):
     ``sum(B * T**2)`` (what attention costs), so FLOPs follow from the model shape.
     Besides wall time it records the process's CPU time over the same spans
     (``time.process_time``: user + system, all threads), which time spent waiting for a
-    core on a shared machine does not inflate.
+    core on a shared machine does not inflate, and the minor page faults (memory the C
+    allocator returned to the kernel and took back: see :mod:`bench.allocator`).
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.cpu_seconds = 0.0
+        self.minor_faults = 0
         self.examples = 0
         self.tokens = 0
         self.padded_tokens = 0
         self.padded_tokens_sq = 0
         self.batches = 0
-        self._since: tuple[float, float] | None = None  # (wall, cpu) at the span's start
+        self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
 
     def _open(self) -> None:
-        self._since = (time.perf_counter(), time.process_time())
+        self._since = (time.perf_counter(), time.process_time(), minor_faults())
 
     def _close(self) -> None:
         if self._since is not None:
-            wall, cpu = self._since
+            wall, cpu, faults = self._since
             self.seconds += time.perf_counter() - wall
             self.cpu_seconds += time.process_time() - cpu
+            self.minor_faults += minor_faults() - faults
             self._since = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -96,13 +105,15 @@ class TrainLoopTimer(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Adopt totals from :meth:`state_dict`."""
         for key in _TOTALS:
-            setattr(self, key, state_dict[key])
+            if key in state_dict:  # checkpoints from before a total was added lack it
+                setattr(self, key, state_dict[key])
 
     def summary(self) -> dict[str, float | int]:
-        """Seconds (wall and CPU), counts and examples per second of the training loop."""
+        """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
         return {
             "train_loop_s": self.seconds,
             "train_loop_cpu_s": self.cpu_seconds,
+            "train_loop_minor_faults": self.minor_faults,
             "batches": self.batches,
             "examples": self.examples,
             "tokens": self.tokens,

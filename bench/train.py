@@ -177,7 +177,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         batch_size=int(cfg.data.batch_size),
         eval_batch_size=int(cfg.data.eval_batch_size),
         num_workers=int(cfg.data.num_workers),
-        group_by_length=bool(cfg.data.get("group_by_length", False)),
+        group_by_length=cfg.data.get("group_by_length", False),
         token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
     )
     module = HeadbenchModule(
