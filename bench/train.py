@@ -55,7 +55,7 @@ _HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused":
 # so those two keys are hashed for these cells when they differ from the defaults. Where the
 # cache lives, and which extra layers a pass stores, change nothing.
 _CACHE_READERS = ("frozen", "top_k")
-_HASHED_CACHE_UNLESS_DEFAULT = {"enabled": True, "dtype": "float32"}
+_HASHED_CACHE_UNLESS_DEFAULT = {"enabled": True, "dtype": "float32"}  # features.DEFAULT_DTYPE
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:

@@ -192,6 +192,10 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
     assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "runtime.malloc=default")) == base
     # The feature cache: hashed for cells that read it, only when not the defaults.
+    from bench.features import DEFAULT_DTYPE
+    from bench.train import _HASHED_CACHE_UNLESS_DEFAULT
+
+    assert _HASHED_CACHE_UNLESS_DEFAULT["dtype"] == DEFAULT_DTYPE
     frozen = config_hash(compose_cfg("seed=1", "freeze=frozen"))
     for same in ("cache.enabled=true", "cache.dtype=float32", "cache.dir=/x",
                  "cache.store_layers=all"):  # fmt: skip
