@@ -54,9 +54,10 @@ GRID_MARKS = (4, 8, 12, 16, 32)
 #: Trainer as it ships, and the Trainer in a process given headbench's allocator setting
 #: (``runtime.malloc=tuned``). Both headbench sides run with its defaults otherwise.
 FRAMEWORKS = ("headbench", "headbench_hf_sampler", "hf_trainer", "hf_trainer_tuned")
-HEADBENCH_SIDES = ("headbench", "headbench_hf_sampler")
-HF_SIDES = ("hf_trainer", "hf_trainer_tuned")
+#: The headbench sides and their ``data.group_by_length``; the others are the Trainer's.
 _GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true"}
+HEADBENCH_SIDES = tuple(_GROUPING)
+HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
 _SHORT = {"headbench": "hb", "headbench_hf_sampler": "hb/hf-sampler", "hf_trainer": "hf",
           "hf_trainer_tuned": "hf+malloc"}  # fmt: skip
 #: Grid paths and their ``cache.dtype`` (None: cache disabled).

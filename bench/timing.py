@@ -10,7 +10,7 @@ import lightning as L
 
 #: What :func:`count_batch` adds up over training batches.
 BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
-_TOTALS = ("seconds", "cpu_seconds", "minor_faults", *BATCH_COUNTS)
+_SPANS = ("seconds", "cpu_seconds", "minor_faults")
 
 
 def minor_faults() -> int:
@@ -49,11 +49,7 @@ class TrainLoopTimer(L.Callback):
         self.seconds = 0.0
         self.cpu_seconds = 0.0
         self.minor_faults = 0
-        self.examples = 0
-        self.tokens = 0
-        self.padded_tokens = 0
-        self.padded_tokens_sq = 0
-        self.batches = 0
+        self.counts = dict.fromkeys(BATCH_COUNTS, 0)
         self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
 
     def _open(self) -> None:
@@ -93,20 +89,18 @@ class TrainLoopTimer(L.Callback):
         batch_idx: int,
     ) -> None:
         """Count the batch's examples and tokens."""
-        counts = {k: getattr(self, k) for k in BATCH_COUNTS}
-        count_batch(counts, batch["attention_mask"])
-        for key, value in counts.items():
-            setattr(self, key, value)
+        count_batch(self.counts, batch["attention_mask"])
 
     def state_dict(self) -> dict[str, Any]:
         """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
-        return {k: getattr(self, k) for k in _TOTALS}
+        return {**{k: getattr(self, k) for k in _SPANS}, **self.counts}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Adopt totals from :meth:`state_dict`."""
-        for key in _TOTALS:
+        for key in _SPANS:
             if key in state_dict:  # checkpoints from before a total was added lack it
                 setattr(self, key, state_dict[key])
+        self.counts.update({k: state_dict[k] for k in BATCH_COUNTS if k in state_dict})
 
     def summary(self) -> dict[str, float | int]:
         """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
@@ -114,10 +108,6 @@ class TrainLoopTimer(L.Callback):
             "train_loop_s": self.seconds,
             "train_loop_cpu_s": self.cpu_seconds,
             "train_loop_minor_faults": self.minor_faults,
-            "batches": self.batches,
-            "examples": self.examples,
-            "tokens": self.tokens,
-            "padded_tokens": self.padded_tokens,
-            "padded_tokens_sq": self.padded_tokens_sq,
-            "examples_per_s": self.examples / self.seconds if self.seconds else None,
+            **self.counts,
+            "examples_per_s": self.counts["examples"] / self.seconds if self.seconds else None,
         }
