@@ -82,7 +82,9 @@ def reproduce(session: nox.Session) -> None:
     _install(session)
     env = {**_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     session.run("python", "-m", "bench", f"experiment={name}", *overrides, env=env)
-    session.run("python", "-m", "bench.tables", f"results/{name}", "--style", "all", env=env)
+    session.run(
+        "python", "-m", "bench.results.tables", f"results/{name}", "--style", "all", env=env
+    )
     session.run("python", "-m", "bench.report", f"results/{name}", "-o", f"reports/{name}.html",
                 env=env)  # fmt: skip
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from bench.allocator import CHOICES, configure_malloc
 from bench.errors import ConfigError
+from bench.run.allocator import CHOICES, configure_malloc
 from conftest import ROOT
 
 GLIBC = platform.libc_ver()[0] == "glibc"
@@ -20,7 +20,7 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 # as fine-tuning does every step, and count the page faults of the second 20 rounds.
 PROBE = """
 import json, resource, sys, torch
-from bench.allocator import configure_malloc
+from bench.run.allocator import configure_malloc
 record = configure_malloc(sys.argv[1])
 def rounds():
     for _ in range(20):

@@ -8,9 +8,9 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from bench.encoders import load_tokenizer
-from bench.module import HeadbenchModule
-from bench.tasks import ALL_TASKS, TASKS, TOKEN_TASKS
+from bench.data.tasks import ALL_TASKS, TASKS, TOKEN_TASKS
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
 from conftest import CONF, ROOT
 
 GROUPS = ["encoder", "head", "freeze", "task", "trainer", "optim"]

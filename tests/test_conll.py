@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from bench.conll import conll_file, is_valid_iob2, read_conll
+from bench.data.conll import conll_file, is_valid_iob2, read_conll
+from bench.data.tasks import get_task
 from bench.errors import DataError
-from bench.tasks import get_task
 
 SPEC = get_task("conll2003")
 # Sentence and token counts from ../shared/data/README.md (independent of this code).
@@ -90,7 +90,7 @@ def test_the_original_iob1_release_is_refused(conll_dir):
 
 @pytest.mark.network
 def test_hub_split_matches_the_local_file_with_tags_mapped_by_name(conll_dir):
-    from bench.token_data import load_token_split
+    from bench.data.token_datamodule import load_token_split
 
     hub = load_token_split(SPEC, SPEC.dev["dev"], None)  # eriktks/conll2003, Parquet branch
     local = read_conll(conll_file(conll_dir, SPEC, "dev.txt"), SPEC)

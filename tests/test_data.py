@@ -6,11 +6,11 @@ from collections import Counter
 
 import pytest
 
-from bench.data import GlueDataModule, subset, tokenize
-from bench.encoders import load_tokenizer
+from bench.data.glue_files import glue_file, read_glue_tsv
+from bench.data.sequence_datamodule import GlueDataModule, subset, tokenize
+from bench.data.tasks import get_task
 from bench.errors import ConfigError, DataError
-from bench.glue_files import glue_file, read_glue_tsv
-from bench.tasks import get_task
+from bench.model.encoders import load_tokenizer
 from conftest import ENCODERS
 
 # Row and label counts from ../shared/data/README.md (independent of this code).
@@ -132,7 +132,7 @@ def test_truncation_is_counted_and_padding_is_dynamic_and_right(data_dir, encode
 
 @pytest.mark.network
 def test_hub_split_maps_labels_by_name():
-    from bench.data import load_split
+    from bench.data.sequence_datamodule import load_split
 
     spec = get_task("rte")
     cols = load_split(spec, spec.dev["dev"], None)

@@ -20,9 +20,11 @@ import lightning as L
 import pytest
 import torch
 
-from bench.distributed import SpawnDDPStrategy, drop_output_capturing_hooks, gather_rows
-from bench.encoders import load_encoder
-from bench.train import config_hash, run
+from bench.cell import config_hash
+from bench.model.encoders import load_encoder
+from bench.model.ranks import gather_rows
+from bench.run.distributed import SpawnDDPStrategy, drop_output_capturing_hooks
+from bench.run.train import run
 from conftest import ENCODERS, ROOT
 
 CELL = ("task=stsb", "encoder=tiny_bert", "head=linear", "head.dropout=0", "freeze=frozen",
@@ -92,7 +94,7 @@ def test_trainer_ddp_composes_to_the_spawn_strategy(compose_cfg):
     cfg = compose_cfg("trainer=ddp", "seed=1")
     assert cfg.trainer.strategy == "ddp_spawn" and cfg.trainer.devices == 2
     assert config_hash(cfg) != config_hash(compose_cfg("seed=1"))  # DDP changes the numbers
-    from bench.distributed import trainer_strategy
+    from bench.run.distributed import trainer_strategy
 
     kwargs = trainer_strategy({"strategy": "ddp_spawn", "devices": 2,
                                "process_group_backend": "gloo"})  # fmt: skip

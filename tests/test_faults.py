@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.tiny import build_tiny_model
+from bench.model.tiny import build_tiny_model
 from conftest import ROOT
 
 FAST = ["encoder=tiny_bert", "seed=1", "data.train_size=32", "trainer.max_epochs=1"]
@@ -120,8 +120,8 @@ def test_in_a_sweep_a_bad_cell_is_recorded_failed_and_the_others_run(data_dir, t
 
 
 def test_a_single_class_prediction_is_flagged_degenerate_with_its_histogram():
-    from bench.degenerate import prediction_summary
-    from bench.tasks import get_task
+    from bench.data.tasks import get_task
+    from bench.results.degenerate import prediction_summary
 
     sst2, conll, stsb = get_task("sst2"), get_task("conll2003"), get_task("stsb")
     one_class = {"dev": {"idx": [0, 1, 2], "label": [0, 1, 1], "pred": [1, 1, 1]}}
@@ -150,7 +150,7 @@ def test_a_single_class_prediction_is_flagged_degenerate_with_its_histogram():
 KILL_BEFORE_PUBLISH = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
-import bench.atomic, bench.collect
+import bench.atomic, bench.results.collect
 def die(*args, **kwargs):  # the process dies with the new content written but not published
     os.kill(os.getpid(), signal.SIGKILL)
 os.replace = die
@@ -184,7 +184,7 @@ WRITERS = {
         "from test_report import write_synthetic_sweep\n"
         "from pathlib import Path\n"
         "write_synthetic_sweep(Path({tmp!r}) / 'runs')\n"
-        "bench.collect.collect([Path({tmp!r}) / 'runs'], Path({out!r}).parent)",
+        "bench.results.collect.collect([Path({tmp!r}) / 'runs'], Path({out!r}).parent)",
     ),
     "HTML report (build_report)": (
         "report.html",
@@ -238,7 +238,7 @@ def test_trust_remote_code_is_off_unless_an_encoder_config_sets_it(compose_cfg):
     for path in sorted((ROOT / "conf" / "encoder").glob("*.yaml")):
         cfg = compose_cfg(f"encoder={path.stem}", "seed=1")
         assert cfg.encoder.trust_remote_code is False, path.name
-    from bench.encoders import _tokenizer_kwargs
+    from bench.model.encoders import _tokenizer_kwargs
 
     assert _tokenizer_kwargs({"name": "x"})["trust_remote_code"] is False
 
@@ -247,7 +247,7 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
     """Both collects succeed; the table's CSV, Parquet and history come from one of them."""
     from test_report import write_synthetic_sweep
 
-    from bench.collect import read_history, read_table
+    from bench.results.collect import read_history, read_table
 
     write_synthetic_sweep(tmp_path / "a")
     write_synthetic_sweep(tmp_path / "b")
@@ -262,7 +262,7 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
     for _ in range(3):
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "bench.collect", str(tmp_path / s), "-o", str(out)],
+                [sys.executable, "-m", "bench.results.collect", str(tmp_path / s), "-o", str(out)],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -285,7 +285,7 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
 def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tmp_path):
     body = (
         "import torch\n"
-        "from bench.features import FeatureKey, FeatureStore, FlatStates\n"
+        "from bench.cache.features import FeatureKey, FeatureStore, FlatStates\n"
         "key = FeatureKey('enc', 'w', 't', 'sst2', 'train', 2, 0, 16, 'in', (4,), 'float32')\n"
         f"store = FeatureStore({str(tmp_path / 'cache')!r})\n"
         "store.save(key, FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]])))\n"
@@ -293,7 +293,7 @@ def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tm
     _run_killed_at_rename(body, tmp_path)
     import torch
 
-    from bench.features import FeatureKey, FeatureStore, FlatStates
+    from bench.cache.features import FeatureKey, FeatureStore, FlatStates
 
     key = FeatureKey("enc", "w", "t", "sst2", "train", 2, 0, 16, "in", (4,), "float32")
     store = FeatureStore(tmp_path / "cache")

@@ -11,12 +11,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.data import GlueDataModule
-from bench.encoders import load_tokenizer
-from bench.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates, attach_cache
-from bench.module import HeadbenchModule
-from bench.tasks import get_task
-from bench.train import config_hash, run
+from bench.cache.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates, attach_cache
+from bench.cell import config_hash
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
+from bench.run.train import run
 from conftest import ENCODERS, ROOT
 
 OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-3, "frozen_head_lr": 1e-2, "weight_decay": 0.0,
@@ -190,7 +191,7 @@ _WORKER = textwrap.dedent(
     """
     import sys, time, torch
     sys.path.insert(0, {root!r})
-    from bench.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates
+    from bench.cache.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (), "float16")
     def build(layers):
         with open({log!r}, "a") as handle:
@@ -273,7 +274,7 @@ def test_bf16_mixed_precision_trains_a_cached_top_k_cell(compose_cfg, data_dir, 
 
 
 def test_token_task_cells_read_cached_states_too(data_dir, tmp_path):
-    from bench.token_data import TokenDataModule
+    from bench.data.token_datamodule import TokenDataModule
 
     torch.manual_seed(0)
     dm = TokenDataModule(get_task("conll2003"), load_tokenizer(ENCODERS["tiny_bert"]),

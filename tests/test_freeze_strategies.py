@@ -13,13 +13,13 @@ import lightning as L
 import pytest
 import torch
 
-from bench.adaptation import encoder_units
-from bench.collect import tidy
-from bench.data import GlueDataModule
-from bench.encoders import load_encoder, load_tokenizer, transformer_layers
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
 from bench.errors import ConfigError
-from bench.module import HeadbenchModule
-from bench.tasks import get_task
+from bench.model.adaptation import encoder_units
+from bench.model.encoders import load_encoder, load_tokenizer, transformer_layers
+from bench.model.module import HeadbenchModule
+from bench.results.collect import tidy
 from conftest import ENCODERS
 
 OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 2e-2, "weight_decay": 0.01,
@@ -242,7 +242,7 @@ def test_gradual_by_epoch_with_layer_groups(data_dir):
 
 
 def test_result_reports_the_maximum_trainable_count(compose_cfg, data_dir, tmp_path):
-    from bench.train import run
+    from bench.run.train import run
 
     cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "freeze=gradual", "freeze.every=3",
                       "seed=1", "data.train_size=64", "data.batch_size=16", "data.max_length=32",
@@ -335,7 +335,7 @@ def test_every_strategy_has_a_config_option(compose_cfg, option, label):
 
 
 def test_existing_cells_keep_their_config_hash(compose_cfg):
-    from bench.train import config_hash
+    from bench.cell import config_hash
 
     # results/cpu_heads was run with these hashes; new options must not move them
     cfg = compose_cfg("experiment=cpu_heads", "task=rte", "head=linear", "freeze=full", "seed=1")

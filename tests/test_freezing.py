@@ -6,12 +6,12 @@ import lightning as L
 import pytest
 import torch
 
-from bench.data import GlueDataModule
-from bench.encoders import load_tokenizer
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
 from bench.errors import ConfigError
-from bench.module import HeadbenchModule
-from bench.tasks import get_task
-from bench.tiny import ARCH
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
+from bench.model.tiny import ARCH
 from conftest import ENCODERS
 
 OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 1e-2, "weight_decay": 0.01,

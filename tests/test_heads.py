@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.errors import ConfigError
-from bench.heads import HEADS, build_head
+from bench.model.heads import HEADS, build_head
 
 H, L, C = 16, 4, 3
 
@@ -138,7 +138,7 @@ def test_bad_head_options_raise_clear_errors(cfg, needle):
 
 
 def test_max_combine_takes_the_element_wise_maximum_over_layers():
-    from bench.heads.layers import LayerSelect
+    from bench.model.heads.layers import LayerSelect
 
     select = LayerSelect([-2, -1], "max", H, L)
     states = hidden_states()

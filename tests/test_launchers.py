@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.__main__ import LAUNCHER_PLUGINS, missing_launcher
-from bench.collect import read_history, read_table
-from bench.features import BUILD_LOG
+from bench.cache.features import BUILD_LOG
+from bench.results.collect import read_history, read_table
+from bench.run.cli import LAUNCHER_PLUGINS, missing_launcher
 from conftest import ROOT
 
 PLUGINS = ("hydra_plugins.hydra_joblib_launcher", "hydra_plugins.hydra_submitit_launcher")
@@ -141,7 +141,7 @@ def test_tiny_corpus_ignores_runtime_patches():
     models' corpus, and so the tiny models, unchanged."""
     import logging
 
-    from bench.tiny import corpus_lines
+    from bench.model.tiny import corpus_lines
 
     before = corpus_lines()
     factory = logging.getLogRecordFactory()

@@ -8,8 +8,8 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from bench.metrics import _metric, majority_baseline, score
-from bench.tasks import TASKS, get_task
+from bench.data.tasks import TASKS, get_task
+from bench.model.metrics import _metric, majority_baseline, score
 
 REFERENCE = {
     "accuracy": accuracy_score,

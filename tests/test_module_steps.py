@@ -5,10 +5,10 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from bench.data import GlueDataModule
-from bench.encoders import load_tokenizer
-from bench.module import HeadbenchModule
-from bench.tasks import get_task
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
 from conftest import ENCODERS
 
 TINY = ENCODERS["tiny_bert"]

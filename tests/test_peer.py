@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import BertForSequenceClassification, BertModel, RobertaForSequenceClassification
 
-from bench.encoders import load_tokenizer
-from bench.module import HeadbenchModule
-from bench.tiny import build_tiny_model
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
+from bench.model.tiny import build_tiny_model
 
 OPTIM = {"encoder_lr": 1e-5, "head_lr": 1e-3, "weight_decay": 0.0, "warmup_ratio": 0.0}
 PAIRS = (

@@ -1,4 +1,4 @@
-"""bench.perf's bookkeeping: ABBA order, medians and speedups, and tables at every stage.
+"""benchmarks/perf.py's bookkeeping: ABBA order, medians and speedups, and tables at every stage.
 
 The benchmark itself is not a test (it times real runs); these check the arithmetic and
 that a partly measured state (the benchmark saves after every cell) always renders.
@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from bench import perf
+from benchmarks import perf
 
 
 def _cell(head: str, seed: int, wall: float, build: float = 0.0, acc: float = 0.7) -> dict:

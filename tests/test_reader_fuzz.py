@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.conll import read_conll
+from bench.data.conll import read_conll
+from bench.data.glue_files import read_glue_tsv
+from bench.data.tasks import TASKS, TOKEN_TASKS
 from bench.errors import DataError
-from bench.glue_files import read_glue_tsv
-from bench.tasks import TASKS, TOKEN_TASKS
 from conftest import DATA_DIR
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

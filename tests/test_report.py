@@ -16,9 +16,9 @@ import pytest
 from bs4 import BeautifulSoup
 from scipy.stats import wilcoxon
 
-from bench.collect import collect
 from bench.report import build_report
-from bench.run_records import log_launch_event
+from bench.results.collect import collect
+from bench.results.run_records import log_launch_event
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
@@ -339,7 +339,7 @@ def test_cli_writes_the_report_and_names_a_missing_source(tmp_path):
 def test_a_sweep_without_launch_log_takes_its_command_from_hydras_multirun_yaml(tmp_path):
     from omegaconf import OmegaConf
 
-    from bench.run_records import last_launch, read_launch_log
+    from bench.results.run_records import last_launch, read_launch_log
 
     sweep = tmp_path / "old_sweep"
     sweep.mkdir()

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.collect import collect, read_table
-from bench.plan import plan
-from bench.resume import (
+from bench.results.collect import collect, read_table
+from bench.results.run_records import last_launch, read_launch_log
+from bench.run.plan import plan
+from bench.run.resume import (
     CellState,
     cell_lock,
     cell_state,
@@ -23,7 +24,6 @@ from bench.resume import (
     running_elsewhere,
     should_run,
 )
-from bench.run_records import last_launch, read_launch_log
 from conftest import CONF, ROOT
 
 TINY = ("encoder=tiny_bert", "data.train_size=48", "trainer.max_epochs=1", "data.max_length=32",
@@ -253,7 +253,7 @@ def test_a_sweep_whose_cells_share_a_run_directory_stops_before_training(tmp_pat
 
 HOLD = """
 import sys, time
-from bench.resume import cell_lock
+from bench.run.resume import cell_lock
 with cell_lock(sys.argv[1]) as mine:
     print("held" if mine else "refused", flush=True)
     time.sleep(600)

@@ -7,12 +7,12 @@ import torch
 from omegaconf import OmegaConf
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from bench.data import GlueDataModule
-from bench.encoders import load_tokenizer
+from bench.data.samplers import BucketedLengthSampler
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
 from bench.errors import ConfigError
-from bench.preflight import check_types
-from bench.samplers import BucketedLengthSampler
-from bench.tasks import get_task
+from bench.model.encoders import load_tokenizer
+from bench.run.preflight import check_types
 from conftest import CONF
 
 
@@ -92,7 +92,7 @@ def test_a_bad_grouping_names_the_key_and_the_choices(compose_cfg, bad):
 
 
 def test_bucket_is_its_own_cell(compose_cfg):
-    from bench.train import config_hash
+    from bench.cell import config_hash
 
     hashes = {config_hash(compose_cfg("seed=1", f"data.group_by_length={g}"))
               for g in ("false", "true", "bucket")}  # fmt: skip

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from bench import stats
-from bench.collect import read_table
+from bench.results import stats
+from bench.results.collect import read_table
 
 SST2_BASE = 0.5  # majority-class accuracy on the (pretend) dev set
 

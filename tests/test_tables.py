@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import render, tables
-from bench.references import load_references, lookup
+from bench.results import render, tables
+from bench.results.references import load_references, lookup
 
 EXPECTED = Path(__file__).parent / "expected"
 REGENERATE = os.environ.get("HEADBENCH_REGENERATE_EXPECTED") == "1"  # then review the diff
@@ -224,7 +224,7 @@ def test_references_load_and_validate(tmp_path):
 
 def test_freeze_columns_run_from_least_to_most_trained():
     """top_k cells are labelled top<k>; they sit between frozen and full, by k."""
-    from bench.tables import FREEZE_ORDER, _order
+    from bench.results.tables import FREEZE_ORDER, _order
 
     labels = ["full", "top12", "top2", "frozen", "lora", "custom"]
     assert _order(labels, FREEZE_ORDER) == ["frozen", "lora", "top2", "top12", "full", "custom"]

@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from bench.alignment import IGNORE, align_labels, prepare_tokenizer, word_predictions
-from bench.conll import conll_file, read_conll
-from bench.encoders import load_tokenizer
-from bench.tasks import get_task
-from bench.token_data import collate_words, encode_words
+from bench.data.alignment import IGNORE, align_labels, prepare_tokenizer, word_predictions
+from bench.data.conll import conll_file, read_conll
+from bench.data.tasks import get_task
+from bench.data.token_datamodule import collate_words, encode_words
+from bench.model.encoders import load_tokenizer
 from conftest import ENCODERS
 
 SPEC = get_task("conll2003")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from bench.data import GlueDataModule
-from bench.encoders import load_tokenizer
-from bench.tasks import get_task
-from bench.token_data import TokenDataModule
+from bench.data.sequence_datamodule import GlueDataModule
+from bench.data.tasks import get_task
+from bench.data.token_datamodule import TokenDataModule
+from bench.model.encoders import load_tokenizer
 from conftest import ENCODERS
 
 

@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from bench.conll import is_valid_iob2
-from bench.heads.crf import CRF, iob2_constraints
+from bench.data.conll import is_valid_iob2
+from bench.model.heads.crf import CRF, iob2_constraints
 
 NAMES = ("O", "B-A", "I-A", "B-B", "I-B")
 C = len(NAMES)

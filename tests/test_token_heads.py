@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.conll import is_valid_iob2
+from bench.axes.layers import LAYER_CHOICES, describe_layers, resolve_layers
+from bench.data.conll import is_valid_iob2
+from bench.data.tasks import get_task
 from bench.errors import ConfigError
-from bench.heads import TOKEN_HEADS, build_head, build_token_head
-from bench.heads.layers import LAYER_CHOICES, LayerSelect, describe_layers, resolve_layers
-from bench.heads.token import gather_words
-from bench.tasks import get_task
+from bench.model.heads import TOKEN_HEADS, build_head, build_token_head
+from bench.model.heads.layers import LayerSelect
+from bench.model.heads.token import gather_words
 
 H, L = 16, 4
 NAMES = get_task("conll2003").label_names

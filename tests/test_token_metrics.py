@@ -7,9 +7,9 @@ import random
 import pytest
 from conlleval import evaluate as conlleval_evaluate
 
-from bench.conll import conll_file, is_valid_iob2, read_conll
-from bench.ner_metrics import entity_scores, ids_to_tags, majority_baseline
-from bench.tasks import get_task
+from bench.data.conll import conll_file, is_valid_iob2, read_conll
+from bench.data.ner_metrics import entity_scores, ids_to_tags, majority_baseline
+from bench.data.tasks import get_task
 
 SPEC = get_task("conll2003")
 TYPES = SPEC.entity_types

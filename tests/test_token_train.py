@@ -12,10 +12,11 @@ import pytest
 import torch
 from conlleval import evaluate as conlleval_evaluate
 
-from bench.conll import conll_file, read_conll
-from bench.ner_metrics import entity_scores
-from bench.tasks import get_task
-from bench.train import cell_path, run
+from bench.cell import cell_path
+from bench.data.conll import conll_file, read_conll
+from bench.data.ner_metrics import entity_scores
+from bench.data.tasks import get_task
+from bench.run.train import run
 from conftest import CONF, ROOT
 
 SPEC = get_task("conll2003")

@@ -12,9 +12,10 @@ from bs4 import BeautifulSoup
 from scipy.stats import pearsonr
 from sklearn.metrics import accuracy_score, f1_score
 
-from bench.run_records import read_launch_log
-from bench.tasks import get_task
-from bench.train import cell_path, run
+from bench.cell import cell_path
+from bench.data.tasks import get_task
+from bench.results.run_records import read_launch_log
+from bench.run.train import run
 from conftest import ROOT
 
 FAST = ("trainer.max_epochs=2", "data.max_length=48", "data.batch_size=16")
@@ -186,16 +187,16 @@ def test_mnli_reports_matched_and_mismatched(compose_cfg, tmp_path):
 
 
 def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
-    from bench.train import config_hash
+    from bench.cell import config_hash
 
     base = config_hash(compose_cfg("seed=1", "data.dir=/a"))
     assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "runtime.malloc=default")) == base
     # The feature cache: hashed for cells that read it, only when not the defaults.
-    from bench.features import DEFAULT_DTYPE
-    from bench.train import _HASHED_CACHE_UNLESS_DEFAULT
+    from bench.cache.features import DEFAULT_DTYPE
+    from bench.cell import CACHE_DEFAULTS
 
-    assert _HASHED_CACHE_UNLESS_DEFAULT["dtype"] == DEFAULT_DTYPE
+    assert CACHE_DEFAULTS["dtype"] == DEFAULT_DTYPE
     frozen = config_hash(compose_cfg("seed=1", "freeze=frozen"))
     for same in ("cache.enabled=true", "cache.dtype=float32", "cache.dir=/x",
                  "cache.store_layers=all"):  # fmt: skip

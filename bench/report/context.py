@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench import stats
 from bench.report.inputs import ReportInputs
 from bench.report.style import Palette
-from bench.tables import METRIC_NAMES
+from bench.results import stats
+from bench.results.tables import METRIC_NAMES
 
 ALPHA = 0.05  # significance level after Holm's correction
 
@@ -21,9 +21,9 @@ class ReportContext:
     Attributes:
         inputs: What the report reads.
         palette: Head colours / freeze markers, fixed for the whole report.
-        runs: :func:`bench.stats.run_values` (one row per run).
-        cells: :func:`bench.stats.cell_stats` (one row per setting).
-        comparisons: :func:`bench.stats.compare_heads` (paired, Holm-corrected).
+        runs: :func:`bench.results.stats.run_values` (one row per run).
+        cells: :func:`bench.results.stats.cell_stats` (one row per setting).
+        comparisons: :func:`bench.results.stats.compare_heads` (paired, Holm-corrected).
         multi_encoder: Whether the report covers several encoders.
     """
 

@@ -26,7 +26,7 @@ from bench.report.style import (
     seeds_text,
     task_title,
 )
-from bench.tables import FREEZE_ORDER, METRIC_NAMES
+from bench.results.tables import FREEZE_ORDER, METRIC_NAMES
 
 PANEL_KEYS = ["task", "encoder"]
 
@@ -122,7 +122,7 @@ def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     """Grouped bars per task: x = freezing strategy, one bar per head, 95% CI error bars.
 
     Args:
-        cells: :func:`bench.stats.cell_stats` output (main metric, dev).
+        cells: :func:`bench.results.stats.cell_stats` output (main metric, dev).
         palette: Report palette.
         multi_encoder: Whether to name the encoder in panel titles.
 
@@ -186,7 +186,7 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     """Every seed of every cell as a point over a box; failed runs marked.
 
     Args:
-        runs: :func:`bench.stats.run_values` output (main metric, dev).
+        runs: :func:`bench.results.stats.run_values` output (main metric, dev).
         palette: Report palette.
         multi_encoder: Whether to name the encoder in panel titles.
 
@@ -259,7 +259,7 @@ def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figu
     """Expected best dev score after n seeds, per head and freezing strategy (Dodge et al.).
 
     Args:
-        evp: :func:`bench.stats.expected_validation_performance` output.
+        evp: :func:`bench.results.stats.expected_validation_performance` output.
         palette: Report palette.
         multi_encoder: Whether to name the encoder in panel titles.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.report import figures
+import bench.report.figures as figures
 from bench.report.context import ALPHA, ReportContext, points, pvalue, short_metric
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
@@ -54,7 +54,7 @@ def headline_frame(ctx: ReportContext) -> pd.DataFrame:
 
     The margin is the mean paired difference (winner − runner-up) over the seeds both
     ran, with its bootstrap CI and the Holm-adjusted Wilcoxon p-value of
-    :func:`bench.stats.compare_heads`.
+    :func:`bench.results.stats.compare_heads`.
     """
     rows = []
     for keys, group in ctx.cells.groupby(SETTING, sort=True):

@@ -1,6 +1,6 @@
 """Everything a report reads: the tidy table, per-epoch history, per-cell provenance.
 
-A report is built from a results directory written by :mod:`bench.collect`
+A report is built from a results directory written by :mod:`bench.results.collect`
 (``results.parquet``/``.csv`` + ``history.csv``, ``cells.json``, ``launches.jsonl``) or
 straight from a multirun directory of ``result.json`` files.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 import pandas as pd
 
-from bench import stats
-from bench.collect import read_history, read_results, read_table, tidy
-from bench.references import load_references
-from bench.run_records import (
+from bench.results import stats
+from bench.results.collect import read_history, read_results, read_table, tidy
+from bench.results.references import load_references
+from bench.results.run_records import (
     HISTORY_COLUMNS,
     history_table,
     last_launch,
@@ -33,7 +33,7 @@ class ReportInputs:
     Attributes:
         source: Where it came from (shown in the provenance section).
         table: Normalised tidy results table (one row per cell × split × metric).
-        history: Per-epoch metrics (:data:`bench.run_records.HISTORY_COLUMNS`).
+        history: Per-epoch metrics (:data:`bench.results.run_records.HISTORY_COLUMNS`).
         cells: Per-cell provenance records.
         launch: Summary of the newest launch (command, time, cells skipped).
         problems: Result files that could not be read.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.provenance import utc_now
+from bench.clock import utc_now
 from bench.report.html import Section, esc
 
 CSS = """

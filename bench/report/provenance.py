@@ -6,11 +6,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from bench import stats
-from bench.report import figures
+import bench.report.figures as figures
 from bench.report.context import ReportContext
 from bench.report.html import Section, details, figure, paragraph, pre, table
 from bench.report.style import svg_data_uri
+from bench.results import stats
 
 STATUSES = ("ok", "failed", "diverged")
 
@@ -160,7 +160,7 @@ def provenance_section(ctx: ReportContext) -> Section:
         parts.append(
             paragraph(
                 "No per-cell provenance (cells.json) in this source: re-collect "
-                "the run directories with python -m bench.collect.",
+                "the run directories with python -m bench.results.collect.",
                 "note",
             )
         )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench import stats
-from bench.references import lookup
-from bench.render import html_table
-from bench.report import figures
+import bench.report.figures as figures
 from bench.report.context import ReportContext, points, short_metric
 from bench.report.html import Section, esc, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
-from bench.tables import GLUE_COLUMNS, TABLE7_ROWS, TABLE7_TASK, build
+from bench.results import stats
+from bench.results.references import lookup
+from bench.results.render import html_table
+from bench.results.tables import GLUE_COLUMNS, TABLE7_ROWS, TABLE7_TASK, build
 
 GLUE_TASKS = {task for task, _, _ in GLUE_COLUMNS}
 
@@ -27,7 +27,7 @@ def _figure_or_note(fig: object, alt: str, caption: str) -> str:
 
 
 def heads_section(ctx: ReportContext) -> Section:
-    """Grouped bars per task and the paper-style tables of ``python -m bench.tables``."""
+    """Grouped bars per task and the paper-style tables of ``python -m bench.results.tables``."""
     parts = [
         _figure_or_note(
             figures.heads_bars(ctx.cells, ctx.palette, ctx.multi_encoder),

@@ -18,7 +18,7 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from bench.tables import FREEZE_ORDER, HEAD_ORDER
+from bench.results.tables import FREEZE_ORDER, HEAD_ORDER
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 FAILED_COLOUR = "#D55E00"

@@ -1,0 +1,1 @@
+"""The grid's axes besides tasks: each name defined once, validated once (torch-free)."""

@@ -1,0 +1,1 @@
+"""The frozen hidden-state cache: build, verify and serve the states of frozen layers."""

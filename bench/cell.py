@@ -1,0 +1,114 @@
+"""What a grid cell is: its identity, its run directory, its config hash, its result file.
+
+A cell is one point of the sweep grid: task × encoder × head (and the layers it reads) ×
+freezing strategy × seed. Everything else derives from the composed config here, once:
+
+- :func:`cell_of`: the identity columns every table is keyed by (:data:`CELL_COLUMNS`);
+- :func:`cell_path`: the run directory below the sweep root,
+  ``task/encoder/head_label/freeze_label/seed=N`` (never a timestamp);
+- :func:`config_hash`: a content hash of everything that changes a cell's numbers, which
+  resume compares with the stored result (recipe :data:`HASH_RECIPE`);
+- :data:`RESULT_FILE` and :data:`RESULT_SCHEMA`: the file each cell writes and its version.
+
+Torch-free: results and the report import this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from bench.axes.layers import describe_layers
+
+#: The file each cell writes, atomically, into its run directory.
+RESULT_FILE = "result.json"
+#: The identity columns of a cell, in table order.
+CELL_COLUMNS = [
+    "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"
+]  # fmt: skip
+#: Version of the hash recipe below. Results written before this constant existed carry no
+#: ``hash_recipe`` and were hashed with recipe 1. Change the recipe only together with this
+#: number, so old results are recognised as old (stale), never silently taken as current.
+HASH_RECIPE = 1
+#: Defaults of the hidden-state cache keys that enter the hash of cache-reading cells.
+CACHE_DEFAULTS = {"enabled": True, "dtype": "float32"}
+#: Version of the ``result.json`` layout.
+RESULT_SCHEMA = 1
+_HASHED_KEYS = (
+    "task",
+    "encoder",
+    "head",
+    "freeze",
+    "seed",
+    "data_seed",
+    "data",
+    "optim",
+    "trainer",
+)
+_UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
+# Keys added after results were committed: hashed only when they differ from the old behaviour,
+# so existing cells keep their hashes.
+_HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused": False}}
+# Cells that read cached hidden states (bench/cache/features.py): whether they read them and in
+# which dtype changes their numbers by rounding (float16 moved 9 of 32 frozen cells of
+# bench.perf; BiLSTM training amplifies even the float32 differences of cached vs uncached),
+# so those two keys are hashed for these cells when they differ from the defaults. Where the
+# cache lives, and which extra layers a pass stores, change nothing.
+_CACHE_READERS = ("frozen", "top_k")
+
+
+def cell_of(cfg: DictConfig) -> dict[str, Any]:
+    """The grid coordinates of a config: task, encoder, head, freeze, seed (plus labels).
+
+    ``layers`` is the head's layer choice: its name (``concat_last4``) or the indices
+    (``-1``; ``-4,-3,-2,-1:concat``).
+    """
+    layers = cfg.head.get("layers", -1)
+    if OmegaConf.is_config(layers):
+        layers = OmegaConf.to_container(layers, resolve=True)
+    return {
+        "task": cfg.task.name,
+        "encoder": cfg.encoder.name,
+        "head": cfg.head.name,
+        "head_label": cfg.head.get("label", cfg.head.name),
+        "layers": describe_layers(layers, cfg.head.get("combine", "concat")),
+        "freeze": cfg.freeze.name,
+        "freeze_label": cfg.freeze.get("label", cfg.freeze.name),
+        "seed": int(cfg.seed),
+    }
+
+
+def cell_path(cfg: DictConfig) -> str:
+    """Run directory of a cell relative to the sweep root: ``task/encoder/head/freeze/seed=N``."""
+    c = cell_of(cfg)
+    return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/seed={c['seed']}"
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Content hash of everything that changes a cell's numbers."""
+    hashed = {}
+    for key in _HASHED_KEYS:  # only these are resolved: the `hydra` node may need a live run
+        value = cfg.get(key)
+        hashed[key] = (
+            OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        )
+    data = dict(hashed["data"] or {})
+    for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
+        data.pop(key, None)
+    hashed["data"] = data
+    for section, defaults in _HASHED_UNLESS_DEFAULT.items():
+        part = dict(hashed[section] or {})
+        for key, default in defaults.items():
+            if part.get(key, default) == default:
+                part.pop(key, None)
+        hashed[section] = part
+    if cfg.freeze.get("name") in _CACHE_READERS:
+        cache = cfg.get("cache") or {}
+        changed = {key: cache.get(key) for key, default in CACHE_DEFAULTS.items()
+                   if cache.get(key) not in (default, None)}  # fmt: skip
+        if changed:
+            hashed["cache"] = changed
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()

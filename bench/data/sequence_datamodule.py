@@ -1,0 +1,324 @@
+"""One ``LightningDataModule`` for GLUE: load (local files or the Hub), subset, tokenize, pad.
+
+Examples keep their ``idx`` (row number in the split, as on the Hub) so predictions can
+be written per example. Padding is dynamic (per batch) and on the right.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader
+
+from bench.data.glue_files import glue_file, read_glue_tsv
+from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
+from bench.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+Columns = dict[str, list[Any]]
+
+
+def load_split(spec: TaskSpec, source: SplitSource, data_dir: str | Path | None) -> Columns:
+    """Load one labelled split as columns ``idx``, text fields, ``label``.
+
+    Args:
+        spec: The task.
+        source: Which split.
+        data_dir: A local directory in GLUE's download layout, or None for the Hub.
+
+    Returns:
+        The split's columns, labels as ids in ``spec.label_names`` order.
+    """
+    if data_dir is not None:
+        return read_glue_tsv(glue_file(data_dir, spec, source.filename), spec)
+    return _load_hub_split(spec, source)
+
+
+def _load_hub_split(spec: TaskSpec, source: SplitSource) -> Columns:
+    from datasets import load_dataset
+
+    dataset = load_dataset(GLUE_HUB_ID, spec.hub_config, split=source.hub_split)
+    columns: Columns = dataset.to_dict()
+    if not spec.is_regression:
+        hub_names = dataset.features["label"].names
+        missing = set(hub_names) - set(spec.label_names)
+        if missing:
+            raise DataError(
+                f"{GLUE_HUB_ID}/{spec.hub_config}: labels {sorted(missing)} are not among "
+                f"{list(spec.label_names)}"
+            )
+        to_ours = [spec.label_names.index(name) for name in hub_names]  # map by name
+        columns["label"] = [to_ours[label] for label in columns["label"]]
+    return {key: columns[key] for key in ("idx", *spec.text_fields, "label")}
+
+
+def subset(columns: Columns, size: int | None, seed: int, where: str) -> Columns:
+    """Take a fixed-seed random subset of ``size`` rows (original order kept).
+
+    Args:
+        columns: The split's columns.
+        size: Rows to keep; None keeps all.
+        seed: The data seed (independent of the training seed).
+        where: Description of the split for error messages.
+
+    Returns:
+        The subset's columns.
+
+    Raises:
+        ConfigError: If ``size`` is not positive or larger than the split.
+    """
+    n = len(columns["idx"])
+    if size is None:
+        return columns
+    if not isinstance(size, int) or size < 1 or size > n:
+        raise ConfigError(f"data.train_size={size!r} but {where} has {n} examples (valid: 1..{n})")
+    keep = np.sort(np.random.default_rng(seed).permutation(n)[:size])
+    return {key: [values[i] for i in keep] for key, values in columns.items()}
+
+
+@dataclass
+class Encoded:
+    """A tokenized split: per-example features plus what truncation did."""
+
+    examples: list[dict[str, Any]]
+    n_truncated: int
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.examples[index]
+
+
+def tokenize(
+    tokenizer: Any, spec: TaskSpec, columns: Columns, max_length: int, where: str
+) -> Encoded:
+    """Tokenize a split without padding, counting truncated examples.
+
+    Args:
+        tokenizer: A fast tokenizer.
+        spec: The task (which fields, regression or not).
+        columns: The split's columns.
+        max_length: Maximum tokens per example (special tokens included).
+        where: Description of the split for the truncation warning.
+
+    Returns:
+        The encoded split.
+    """
+    texts = [columns[field] for field in spec.text_fields]
+    enc = dict(tokenizer(*texts, truncation=False, verbose=False))  # lengths may exceed limits
+    long = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > max_length]
+    if long:  # re-tokenize only the long examples, with the tokenizer's own truncation rules
+        log.warning("%s: %d examples truncated to max_length=%d", where, len(long), max_length)
+        cut = tokenizer(
+            *[[t[i] for i in long] for t in texts], truncation=True, max_length=max_length
+        )
+        for key, values in enc.items():
+            values = list(values)
+            for j, i in enumerate(long):
+                values[i] = cut[key][j]
+            enc[key] = values
+    n_truncated = len(long)
+    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+    label_type = float if spec.is_regression else int
+    examples = [
+        {
+            **{k: enc[k][i] for k in keys},
+            "labels": label_type(columns["label"][i]),
+            "idx": int(columns["idx"][i]),
+        }
+        for i in range(len(columns["idx"]))
+    ]
+    return Encoded(examples, n_truncated)
+
+
+def pad_states(states: Sequence[Tensor]) -> Tensor:
+    """Pad per-example states (T_i, n, H) on the right into (B, T, n, H) float32."""
+    return pad_sequence(list(states), batch_first=True).float()
+
+
+class SplitLoaders(L.LightningDataModule):
+    """What the data modules share: arguments, load → subset → tokenize once, the loaders.
+
+    Subclasses say how a split is read (:meth:`_load`), encoded (:meth:`_encode`) and
+    batched (:meth:`_collate`).
+
+    Args:
+        spec: The task.
+        tokenizer: A fast tokenizer padding on the right.
+        data_dir: Local data root or None for the Hub.
+        train_size: Size of the fixed-seed training subset, or None for all.
+        data_seed: Seed of the subset (independent of the training seed).
+        max_length: Maximum tokens per example.
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation batch size.
+        num_workers: DataLoader workers.
+        group_by_length: Draw training batches of similar lengths (less padding): ``True``
+            with ``transformers``' ``LengthGroupedSampler`` (random mega-batches of 50
+            batches sorted by length, as the HF Trainer's ``group_by_length``), ``"bucket"``
+            with :class:`~bench.data.samplers.BucketedLengthSampler` (the whole split sorted by
+            a noisy length, batches shuffled: less padding still), ``False`` shuffled.
+        token_cache_dir: Where tokenized splits are cached for later cells
+            (:mod:`bench.data.token_cache`); None tokenizes every time.
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        tokenizer: Any,
+        data_dir: str | Path | None,
+        train_size: int | None,
+        data_seed: int,
+        max_length: int,
+        batch_size: int,
+        eval_batch_size: int,
+        num_workers: int = 0,
+        group_by_length: bool | str = False,
+        token_cache_dir: str | Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.data_dir = data_dir
+        self.train_size = train_size
+        self.data_seed = data_seed
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.group_by_length = group_by_length
+        self.token_cache_dir = token_cache_dir
+        self.train: Any = None
+        self.dev: dict[str, Any] = {}
+        self.train_labels: list[Any] = []
+        self.dev_labels: dict[str, list[Any]] = {}
+
+    @property
+    def dev_names(self) -> list[str]:
+        """Names of the evaluation splits, in dataloader order."""
+        return list(self.spec.dev)
+
+    #: The dataclass :meth:`_encode` returns (for the tokenization cache).
+    encoded_type: type = Encoded
+
+    def _load(self, source: SplitSource) -> Columns:
+        raise NotImplementedError
+
+    def _encode(self, columns: Columns, where: str) -> Any:
+        raise NotImplementedError
+
+    def _encode_once(self, columns: Columns, where: str, split: str) -> Any:
+        """:meth:`_encode`, served from the tokenization cache when one is configured."""
+        if self.token_cache_dir is None:
+            return self._encode(columns, where)
+        from bench.data.token_cache import cached_encode, columns_digest, tokenizer_digest
+
+        key = {
+            "module": type(self).__name__,
+            "tokenizer": tokenizer_digest(self.tokenizer),
+            "max_length": self.max_length,
+            "columns": columns_digest(columns),
+        }
+        return cached_encode(Path(self.token_cache_dir), self.spec.name, split, key,
+                             self.encoded_type, lambda: self._encode(columns, where))  # fmt: skip
+
+    def _keep_dev(self, name: str, columns: Columns) -> None:
+        """Hook: keep more of an evaluation split than its labels."""
+
+    def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _batch(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Collate examples; cached hidden states (``states``) are padded alongside."""
+        if not items or "states" not in items[0]:
+            return self._collate(items)
+        batch = self._collate([{k: v for k, v in it.items() if k != "states"} for it in items])
+        batch["cached_states"] = pad_states([it["states"] for it in items])  # (B, T, n, H)
+        return batch
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load, subset and tokenize every split (once)."""
+        if self.train is not None:
+            return
+        where = f"{self.spec.name} train"
+        train = subset(self._load(self.spec.train), self.train_size, self.data_seed, where)
+        self.train_labels = list(train["label"])
+        self.train = self._encode_once(train, where, "train")
+        for name, source in self.spec.dev.items():
+            columns = self._load(source)
+            self.dev_labels[name] = list(columns["label"])
+            self._keep_dev(name, columns)
+            self.dev[name] = self._encode_once(columns, f"{self.spec.name} {name}", name)
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches (order from the global seed), length-grouped if asked."""
+        assert self.train is not None, "call setup() first"
+        sampler: Any = None
+        if self.group_by_length:
+            lengths = [len(self.train[i]["input_ids"]) for i in range(len(self.train))]
+            if self.group_by_length == "bucket":
+                from bench.data.samplers import BucketedLengthSampler
+
+                sampler = BucketedLengthSampler(lengths, self.batch_size)
+            else:
+                from transformers.trainer_pt_utils import LengthGroupedSampler
+
+                sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
+        return DataLoader(
+            self.train,  # type: ignore[arg-type]
+            batch_size=self.batch_size,
+            shuffle=sampler is None,
+            sampler=sampler,
+            collate_fn=self._batch,
+            num_workers=self.num_workers,
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation split (``dev``; MNLI ``dev_mismatched``; NER ``test``)."""
+        return [
+            DataLoader(
+                self.dev[name],  # type: ignore[arg-type]
+                batch_size=self.eval_batch_size,
+                shuffle=False,
+                collate_fn=self._batch,
+                num_workers=self.num_workers,
+            )
+            for name in self.dev_names
+        ]
+
+
+class GlueDataModule(SplitLoaders):
+    """Training and dev data of one GLUE task, tokenized once, padded per batch.
+
+    Arguments as :class:`SplitLoaders`; ``spec`` is a :class:`~bench.data.tasks.TaskSpec`.
+    """
+
+    def _load(self, source: SplitSource) -> Columns:
+        return load_split(self.spec, source, self.data_dir)
+
+    def _encode(self, columns: Columns, where: str) -> Encoded:
+        return tokenize(self.tokenizer, self.spec, columns, self.max_length, where)
+
+    def describe(self) -> dict[str, Any]:
+        """Sizes and truncation counts per split for the result file."""
+        assert self.train is not None, "call setup() first"
+        return {
+            "n_train": len(self.train),
+            "n_dev": {n: len(d) for n, d in self.dev.items()},
+            "truncated": {
+                "train": self.train.n_truncated,
+                **{n: d.n_truncated for n, d in self.dev.items()},
+            },
+        }
+
+    def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")

@@ -1,0 +1,1 @@
+"""Model: encoders, heads, freezing and adaptation strategies, metrics, the LightningModule."""

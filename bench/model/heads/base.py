@@ -1,0 +1,93 @@
+"""The one composable head: layers → combine → pool (optionally through a BiLSTM) → classifier.
+
+The four named heads (:mod:`bench.model.heads`) are presets of this class. Every size is
+read from the encoder (``hidden_size``, ``num_layers``), never hard-coded, so a head's
+input width always matches what the encoder produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from torch import Tensor, nn
+
+from bench.axes.layers import LayerSpec
+from bench.errors import ConfigError
+from bench.model.heads.classifier import Classifier
+from bench.model.heads.layers import LayerSelect
+from bench.model.heads.pooling import LSTM_POOLS, POOLS, BiLSTMEncoder, masked_pool
+
+LSTM_OPTIONS = frozenset({"lstm", "lstm_hidden", "lstm_layers", "lstm_dropout"})
+
+
+class SequenceHead(nn.Module):
+    """A sequence-classification head over an encoder's hidden states.
+
+    Args:
+        hidden_size: Encoder width H.
+        num_layers: Encoder depth L.
+        num_labels: Outputs C (1 for regression).
+        layers: Hidden-state indices to read (0 = embeddings, -1 = last layer), or a
+            name (``last``, ``concat_last4``, ``sum_all``...) that also sets ``combine``.
+        combine: How several layers become one: ``concat``, ``mean``, ``sum``, ``scalar_mix``.
+        pool: ``cls``, ``mean``, ``max``; with ``lstm`` also ``final``.
+        dropout: Dropout in the classifier.
+        mlp: Put ``dense → activation → dropout`` before the output layer.
+        mlp_hidden: Width of that dense layer (default H).
+        activation: Activation of the dense layer.
+        lstm: Run a BiLSTM over the token states before pooling.
+        lstm_hidden: Total BiLSTM width (both directions).
+        lstm_layers: Stacked BiLSTM layers.
+        lstm_dropout: Dropout between stacked BiLSTM layers.
+    """
+
+    #: Options a preset sets itself and so does not accept from the config.
+    fixed_options: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int,
+        num_labels: int,
+        layers: LayerSpec = -1,
+        combine: str = "concat",
+        pool: str = "cls",
+        dropout: float = 0.1,
+        mlp: bool = False,
+        mlp_hidden: int | None = None,
+        activation: str = "tanh",
+        lstm: bool = False,
+        lstm_hidden: int = 768,
+        lstm_layers: int = 1,
+        lstm_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        valid_pools = LSTM_POOLS if lstm else POOLS
+        if pool not in valid_pools:
+            raise ConfigError(f"head.pool={pool!r}; valid choices: {', '.join(valid_pools)}")
+        self.pool = pool
+        self.select = LayerSelect(layers, combine, hidden_size, num_layers)
+        width = self.select.out_dim
+        self.lstm: BiLSTMEncoder | None = None
+        if lstm:
+            self.lstm = BiLSTMEncoder(width, lstm_hidden, lstm_layers, lstm_dropout)
+            width = self.lstm.out_dim
+        self.in_dim = width
+        self.classifier = Classifier(
+            width, num_labels, dropout, mlp, mlp_hidden or hidden_size, activation
+        )
+
+    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+        """Pooled features fed to the classifier, (B, in_dim)."""
+        states = self.select(hidden_states)  # (B, T, D)
+        if self.lstm is None:
+            return masked_pool(states, attention_mask, self.pool)
+        outputs, final = self.lstm(states, attention_mask)  # (B, T, 2h), (B, 2h)
+        if self.pool == "final":
+            return final
+        return masked_pool(outputs, attention_mask, self.pool)
+
+    def forward(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+        """Return logits (B, C) from all hidden states ((L+1) x (B, T, H)) and the mask."""
+        return self.classifier(self.features(hidden_states, attention_mask))

@@ -1,0 +1,358 @@
+"""The ``LightningModule``: an encoder, a head, a freezing strategy, the task's metrics.
+
+It takes plain values (dicts, ints, floats) and builds every module inside, so
+``save_hyperparameters()`` records the whole grid cell and checkpoints load back.
+Sequence tasks (GLUE) use torchmetrics in the loop; token tasks (CoNLL-2003) decode one
+tag per word and are scored with seqeval at the end of each validation epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from bench.data.ner_metrics import score_ids
+from bench.data.tasks import get_task
+from bench.errors import DivergedError, EncoderError
+from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
+from bench.model.cached_forward import FeaturePlan
+from bench.model.encoders import load_encoder, pooler_weights
+from bench.model.freezing import FreezeReport
+from bench.model.heads import TokenHead, build_head, build_token_head, count_parameters
+from bench.model.metrics import build_metrics, finite_or_none
+from bench.model.ranks import gather_rows, sum_across_ranks
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class HeadbenchModule(L.LightningModule):
+    """One grid cell: encoder × head × freezing strategy on a task.
+
+    Args:
+        encoder: The ``encoder`` config group (``name``, ``source``, ``pooler``...).
+        head: The ``head`` config group (``name`` plus head options).
+        freeze: The ``freeze`` config group (``name`` plus the strategy's keys; see
+            :mod:`bench.model.adaptation`).
+        task: Task name.
+        optim: ``encoder_lr``, ``head_lr`` (encoder training), ``frozen_head_lr``
+            (encoder frozen), ``weight_decay``, ``warmup_ratio``, ``adam_eps``, ``betas``.
+        dev_names: Names of the evaluation splits, in dataloader order.
+    """
+
+    def __init__(
+        self,
+        encoder: dict[str, Any],
+        head: dict[str, Any],
+        freeze: dict[str, Any],
+        task: str,
+        optim: dict[str, Any],
+        dev_names: list[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.spec = get_task(task)
+        self.encoder, self.encoder_info = load_encoder(encoder)
+        info = self.encoder_info
+        self.is_token = self.spec.kind == "token"
+        if self.is_token:
+            self.head: nn.Module = build_token_head(
+                head, info.hidden_size, info.num_layers, self.spec.label_names
+            )
+        else:
+            self.head = build_head(head, info.hidden_size, info.num_layers, self.spec.num_labels)
+        if head.get("init") == "pretrained":
+            self._copy_pretrained_pooler()
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler = None  # the head is the only pooler; keeps counts honest
+        self.adaptation: Adaptation = build_adaptation(self.encoder, freeze)
+        self.encoder = self.adaptation.encoder  # LoRA wraps the model
+        self.dev_names = list(dev_names or ["dev"])
+        self.metrics = nn.ModuleDict(
+            {} if self.is_token else {n: build_metrics(self.spec) for n in self.dev_names}
+        )
+        self.feature_plan: FeaturePlan | None = None  # set by bench.cache.features.attach_cache
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        self._word_outputs: dict[str, list[tuple[int, list[int], list[int]]]] = {}
+        self._train_loss = [0.0, 0]  # sum, count since the epoch started
+        self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
+
+    def _copy_pretrained_pooler(self) -> None:
+        info = self.encoder_info
+        if info.pooler_declared != "trained" or info.pooler_detected != "trained":
+            raise EncoderError(
+                f"head.init=pretrained needs a trained pooler, but encoder {info.name!r} "
+                f"declares pooler={info.pooler_declared} and its weights look "
+                f"{info.pooler_detected}; use head.init=random (RoBERTa-style head)"
+            )
+        self.head.load_pretrained_pooler(*pooler_weights(self.encoder))  # type: ignore[operator]
+
+    @property
+    def freeze_report(self) -> FreezeReport:
+        """The strategy's current trainable set (phased strategies change it)."""
+        return self.adaptation.report
+
+    @property
+    def encoder_frozen(self) -> bool:
+        """True when no encoder parameter trains."""
+        return self.freeze_report.encoder_trainable == 0
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable and total parameters of the encoder, the head and both.
+
+        ``trainable`` and ``encoder_trainable`` are the maximum over training when the
+        trainable set changed (LP-FT, gradual unfreezing): the cost axis.
+        """
+        counts = {
+            "encoder_trainable": self.freeze_report.encoder_trainable,
+            "encoder_total": self.freeze_report.encoder_total,
+            "head": count_parameters(self.head),
+            "trainable": count_parameters(self, trainable_only=True),
+            "total": count_parameters(self),
+        }
+        peak = max(self.adaptation.trainable_history, key=lambda h: h["trainable"], default=None)
+        if peak is not None and peak["trainable"] > counts["trainable"]:
+            counts.update(encoder_trainable=peak["encoder_trainable"], trainable=peak["trainable"])
+        return counts
+
+    @property
+    def head_lr(self) -> float:
+        """The head's learning rate: ``frozen_head_lr`` when the encoder is frozen."""
+        return self.adaptation.head_lr(self.hparams["optim"])
+
+    def learning_rates(self) -> dict[str, Any]:
+        """The learning rates to record: encoder and head, plus the strategy's own."""
+        return self.adaptation.learning_rates(self.hparams["optim"])
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The strategy's stage callback (records trainable counts; unfreezes phases)."""
+        return [StageCallback(self.adaptation)]
+
+    def train(self, mode: bool = True) -> HeadbenchModule:
+        """Switch modes but keep frozen encoder parts in eval mode (no dropout)."""
+        super().train(mode)
+        for module in self.freeze_report.frozen_modules:
+            module.eval()
+        return self
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """Return logits for a padded batch: (B, C), or (B, T, C) for a token task."""
+        if "cached_states" in batch:  # states from bench.cache.features: no (or a partial) forward
+            assert self.feature_plan is not None, "cached states without a feature plan"
+            hidden_states = self.feature_plan.hidden_states(
+                self.encoder, batch["cached_states"], batch["attention_mask"]
+            )
+            return self.head(hidden_states, batch["attention_mask"])
+        inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
+            out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
+        return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
+
+    def _loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        if self.is_token:
+            assert isinstance(self.head, TokenHead)
+            return self.head.loss(logits, batch["word_pos"], batch["word_labels"])
+        labels = batch["labels"]
+        if self.spec.is_regression:
+            return F.mse_loss(logits.squeeze(-1), labels.float())
+        return F.cross_entropy(logits, labels)
+
+    def _predict(self, logits: Tensor) -> Tensor:
+        return logits.squeeze(-1) if self.spec.is_regression else logits.argmax(dim=-1)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """One optimisation step; a non-finite loss stops the run as diverged."""
+        loss = self._loss(self(batch), batch)
+        if not torch.isfinite(loss):
+            raise DivergedError(self.global_step, float(loss))
+        size = batch["attention_mask"].shape[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
+        self._train_loss[0] += float(loss.detach()) * size
+        self._train_loss[1] += size
+        return loss
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Any = None,
+    ) -> None:
+        """Step, then free the gradients at once (as the HF ``Trainer`` does).
+
+        Lightning zeroes gradients inside the next step's closure, after its forward
+        pass, so that forward would run with the last step's gradients (one more copy of
+        every trainable parameter) still allocated: a higher memory peak, and activations
+        that cannot reuse the freed gradient memory. Freeing them here changes no number:
+        the next backward starts from no gradients either way.
+        """
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        optimizer.zero_grad(set_to_none=True)
+
+    def on_train_epoch_start(self) -> None:
+        """Enter training mode (frozen parts stay in eval); reset the running loss."""
+        self.train()
+        self._train_loss = [0.0, 0]
+
+    def validation_step(
+        self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Update the split's metrics and keep its predictions."""
+        name = self.dev_names[dataloader_idx]
+        logits = self(batch)
+        self.log(
+            f"{name}/loss",
+            self._loss(logits, batch),
+            batch_size=batch["attention_mask"].shape[0],
+            add_dataloader_idx=False,
+            sync_dist=True,  # a mean over all ranks under DDP; nothing to sync otherwise
+        )
+        if self.is_token:
+            self._keep_words(name, logits, batch)
+            return
+        preds = self._predict(logits)
+        self.metrics[name].update(preds, batch["labels"])
+        self._outputs.setdefault(name, []).append(
+            (batch["idx"].cpu(), batch["labels"].cpu(), preds.detach().cpu())
+        )
+
+    def _keep_words(self, name: str, logits: Tensor, batch: dict[str, Tensor]) -> None:
+        """Decode one tag per word; words without a sub-token (truncated) get ``O``."""
+        assert isinstance(self.head, TokenHead)
+        preds = self.head.decode(logits, batch["word_pos"])  # (B, W), -1 where absent
+        preds = preds.masked_fill(preds < 0, self.spec.outside_label).cpu()
+        gold = batch["word_labels"].cpu()  # (B, W), -100 on padding
+        for row, idx in enumerate(batch["idx"].tolist()):
+            n_words = int((gold[row] >= 0).sum())
+            self._word_outputs.setdefault(name, []).append(
+                (idx, gold[row, :n_words].tolist(), preds[row, :n_words].tolist())
+            )
+
+    def _split_scores(self, name: str) -> dict[str, float | None]:
+        if self.is_token:
+            rows = self._word_outputs.get(name, [])
+            gold, pred = [r[1] for r in rows], [r[2] for r in rows]
+            return score_ids(self.spec, gold, pred)  # type: ignore[arg-type]
+        if self.trainer.world_size > 1:  # score the gathered split, each example once
+            self.metrics[name].reset()  # its synced state counts the sampler's padding twice
+            scores = build_metrics(self.spec).to("cpu")
+            for metric in scores.values():
+                metric.sync_on_compute = False  # every rank already holds the whole split
+            _, labels, preds = self._outputs[name][0]
+            scores.update(preds, labels)
+            return {k: finite_or_none(v) for k, v in scores.compute().items()}
+        values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
+        self.metrics[name].reset()
+        return values
+
+    def _gather_outputs(self) -> None:
+        """Under DDP: give every rank all ranks' kept predictions, each example once.
+
+        Lightning's ``DistributedSampler`` shards each dev split over the ranks and pads
+        the shards with repeated examples; examples are told apart by their ``idx``.
+        """
+        if self.trainer.world_size == 1:
+            return
+        for name in self.dev_names:
+            if self.is_token:
+                words = self._word_outputs.get(name, [])
+                self._word_outputs[name] = gather_rows(words, key=lambda r: r[0])
+                continue
+            local = self._collect(name)  # this rank's idx, label, pred lists
+            rows = gather_rows(list(zip(local["idx"], local["label"], local["pred"], strict=True)),
+                               key=lambda r: r[0])  # fmt: skip
+            dtype = torch.float32 if self.spec.is_regression else torch.long
+            self._outputs[name] = [(
+                torch.tensor([r[0] for r in rows], dtype=torch.long),
+                torch.tensor([r[1] for r in rows], dtype=dtype),
+                torch.tensor([r[2] for r in rows], dtype=dtype),
+            )]  # fmt: skip
+
+    def on_validation_epoch_end(self) -> None:
+        """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
+        self._gather_outputs()
+        record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
+        for name in self.dev_names:
+            values = self._split_scores(name)
+            self.log_dict(  # the same on every rank: sync_dist only averages equal values
+                {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
+            )
+            record[name] = values
+        total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
+        record["train_loss"] = total / count if count else None  # mean over the epoch so far
+        self.history.append(record)
+        main = record[self.dev_names[0]][self.spec.main_metric]
+        main = -math.inf if main is None else main
+        if self.best is None or main > self.best["main"]:
+            self.best = {
+                "epoch": self.current_epoch,
+                "main": main,
+                "metrics": {n: record[n] for n in self.dev_names},
+                "predictions": {n: self._collect(n) for n in self.dev_names},
+            }
+        self._outputs.clear()
+        self._word_outputs.clear()
+
+    def run_record(self) -> dict[str, Any]:
+        """What training recorded on the module (plain values): history, best epoch, stages.
+
+        ``ddp_spawn`` trains in child processes; :mod:`bench.run.distributed` sends this back
+        to the cell's own process, which writes the result.
+        """
+        return {
+            "history": self.history,
+            "best": self.best,
+            "trainable_history": self.adaptation.trainable_history,
+        }
+
+    def restore_run_record(self, record: dict[str, Any]) -> None:
+        """Adopt a :meth:`run_record` made in another process."""
+        self.history = record["history"]
+        self.best = record["best"]
+        self.adaptation.trainable_history = record["trainable_history"]
+
+    def _collect(self, name: str) -> dict[str, list[Any]]:
+        if self.is_token:  # per sentence: gold and predicted tag ids per word
+            rows = sorted(self._word_outputs.get(name, []))
+            return {"idx": [r[0] for r in rows], "label": [r[1] for r in rows],
+                    "pred": [r[2] for r in rows]}  # fmt: skip
+        parts = self._outputs.get(name, [])
+        if not parts:
+            return {"idx": [], "label": [], "pred": []}
+        idx, labels, preds = (torch.cat(p).tolist() for p in zip(*parts, strict=True))
+        return {"idx": idx, "label": labels, "pred": preds}
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW with separate encoder/head learning rates (groups from the strategy).
+
+        Matrices decay, biases and norm weights do not (nanoGPT's grouping).
+        Warm-up then linear decay to zero, stepped every optimizer step (LP-FT restarts
+        it for its fine-tuning phase; see :mod:`bench.model.adaptation`).
+        """
+        optim = self.hparams["optim"]
+        groups = self.adaptation.param_groups(self.head, optim)
+        betas, eps = tuple(optim.get("betas", (0.9, 0.999))), optim.get("adam_eps", 1e-8)
+        # optim.fused: one fused kernel per step (~4x faster than foreach on CPU; the HF
+        # Trainer's default). Off by default because it rounds differently, and committed
+        # results were made without it. Lightning's mixed precision refuses gradient
+        # clipping with fused optimizers, so never there.
+        fused = bool(optim.get("fused", False)) and "mixed" not in str(self.trainer.precision)
+        try:
+            optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps, fused=fused or None)
+        except RuntimeError:  # a device or torch build without the fused kernel
+            optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
+        total = int(self.trainer.estimated_stepping_batches)
+        per_epoch = math.ceil(
+            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
+        )
+        scheduler = self.adaptation.scheduler(optimizer, optim, total, per_epoch)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }

@@ -1,0 +1,1 @@
+"""Results: collect result files into tidy tables, statistics, paper tables (torch-free)."""

@@ -1,0 +1,558 @@
+"""Paper-style tables from the tidy results: Markdown, LaTeX and HTML.
+
+``python -m bench.results.tables <results.csv | results dir | runs dir> --style glue|table7|heads``
+writes ``<style>.md``, ``<style>.tex`` and ``<style>.html`` (atomically) and prints the
+Markdown. Styles:
+
+* ``heads`` — the headline table: per task and encoder, rows = heads, columns = freezing
+  strategies, cells = main metric ``mean ± std (n=…, k failed)``, best per column bold,
+  majority baseline and the paired test of the two best heads under the table.
+* ``glue`` — rows = encoder × head × freezing, columns = GLUE tasks in GLUE's order,
+  an average column, and published RoBERTa-base dev numbers with deltas where they apply.
+* ``table7`` — BERT's Table 7 (CoNLL-2003 dev F1 by layer choice, frozen features into a
+  BiLSTM, vs. fine-tuning) with the paper's BERT-base numbers and the delta.
+
+All numbers are ×100. Labels from the data are escaped for each format.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.atomic import atomic_write
+from bench.results import stats
+from bench.results.collect import collect, read_table
+from bench.results.references import load_references, lookup
+from bench.results.render import RENDERERS, Document, Table, to_markdown
+
+STYLES = ("glue", "table7", "heads")
+GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
+    ("cola", "dev", "CoLA"), ("sst2", "dev", "SST-2"), ("mrpc", "dev", "MRPC"),
+    ("stsb", "dev", "STS-B"), ("qqp", "dev", "QQP"), ("mnli", "dev", "MNLI-m"),
+    ("mnli", "dev_mismatched", "MNLI-mm"), ("qnli", "dev", "QNLI"), ("rte", "dev", "RTE"),
+    ("wnli", "dev", "WNLI"),
+]  # fmt: skip
+METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson",
+                "spearman": "Spearman"}  # fmt: skip
+HEAD_ORDER = ["linear", "pooler", "pooler-random", "pooler-pretrained", "last4_concat", "bilstm"]
+# Roughly from the fewest trained parameters to the most (the adaptation strategies of
+# bench.model.adaptation between the frozen probe and full fine-tuning).
+FREEZE_ORDER = [  # least to most trained; top_k cells are labelled top<k> (conf/freeze/top_k.yaml)
+    "frozen", "bitfit", "lora", "lpft", "gradual", "embeddings",
+    *(f"top{k}" for k in range(1, 49)), "top_k", "llrd", "full",
+]  # fmt: skip
+# The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
+# (dense + tanh + dropout + linear, randomly initialised) with the encoder trained.
+GLUE_REFERENCE_SETTING = ("pooler-random", "full")
+TABLE7_TASK = "conll2003"
+TABLE7_ROWS = [  # (setting, paper's row name); fine-tune = linear head, encoder trained
+    ("finetune", "Fine-tune (BERT-base)"), ("embeddings", "Embeddings"),
+    ("second_to_last", "Second-to-Last Hidden"), ("last", "Last Hidden"),
+    ("sum_last4", "Weighted Sum Last Four Hidden"), ("concat_last4", "Concat Last Four Hidden"),
+    ("sum_all", "Weighted Sum All 12 Layers"),
+]  # fmt: skip
+NO_BASELINE = (
+    "No majority-class baseline for a correlation (constant predictions are uncorrelated); "
+    "runs at or below 0 count as failed."
+)
+LEGEND = (
+    "Cells: mean ± std over seeds (×100), n = seeds with a result; k failed = runs that "
+    "errored, diverged or scored at or below the majority-class baseline (a correlation "
+    "at or below 0); ok runs at or below the baseline stay in mean ± std."
+)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def pct(x: float) -> str:
+    """A fraction as a percentage with one decimal (``—`` for NaN)."""
+    return "—" if x is None or np.isnan(x) else f"{100 * x:.1f}"
+
+
+def signed(x: float) -> str:
+    """A signed number with one decimal and a true minus sign (``—`` for NaN)."""
+    if x is None or np.isnan(x):
+        return "—"
+    return f"{x:+.1f}".replace("-", "−")
+
+
+def cell_text(row: pd.Series | None) -> str:
+    """``mean ± std (n=N, k failed)`` for one row of :func:`bench.results.stats.cell_stats`."""
+    if row is None:
+        return ""
+    if row["n"] == 0:
+        value = "—"
+    elif np.isnan(row["std"]):
+        value = pct(row["mean"])
+    else:
+        value = f"{pct(row['mean'])} ± {pct(row['std'])}"
+    extra = f"n={row['n']}" + (f", {row['n_failed']} failed" if row["n_failed"] else "")
+    return f"{value} ({extra})"
+
+
+def metric_name(metric: str) -> str:
+    """Short display name of a metric."""
+    return METRIC_NAMES.get(metric, metric)
+
+
+def _rank(value: str, preferred: Sequence[str]) -> tuple[int, str]:
+    """Sort key: known names in the preferred order, then the rest alphabetically."""
+    return (preferred.index(value) if value in preferred else len(preferred), str(value))
+
+
+def _order(values: Sequence[str], preferred: Sequence[str]) -> list[str]:
+    return sorted(values, key=lambda v: _rank(v, preferred))
+
+
+def _bold_best(table: Table, col: int, means: Sequence[float], rows: Sequence[int]) -> None:
+    """Bold the rows whose displayed mean equals the column's best (ties all bold; >= 2 rows)."""
+    shown = {r: pct(m) for r, m in zip(rows, means, strict=True) if not np.isnan(m)}
+    if len(shown) < 2:  # nothing to compare
+        return
+    best = max(float(v) for v in shown.values())
+    table.bold.update((r, col) for r, v in shown.items() if float(v) == best)
+
+
+# --------------------------------------------------------------------------- references
+
+
+def _reference_note(refs: pd.DataFrame) -> str:
+    first = refs.iloc[0]
+    inferred = [r["task"] for _, r in refs.iterrows() if "inferred" in r["note"]]
+    text = f"Published: {first['model']} — {first['source']} ({first['url']})."
+    if inferred:
+        text += f" Metric not stated by the source, inferred for: {', '.join(inferred)}."
+    if any("unverified" in n for n in refs["note"]):
+        text += " Some details are unverified; see the note column of bench/references.csv."
+    return text
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str | None:
+    rows = comp[
+        (comp["freeze_label"] == freeze)
+        & (
+            ((comp["head_a"] == best) & (comp["head_b"] == runner))
+            | ((comp["head_a"] == runner) & (comp["head_b"] == best))
+        )
+    ]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    sign = 1.0 if row["head_a"] == best else -1.0
+    diff, lo, hi = (sign * 100 * row[c] for c in ("diff", "ci_low", "ci_high"))
+    lo, hi = min(lo, hi), max(lo, hi)
+    pairs = f"{row['n_pairs']} paired seed" + ("" if row["n_pairs"] == 1 else "s")
+    text = f"{freeze}: {best} − {runner} = {signed(diff)} over {pairs}"
+    if not np.isnan(lo):
+        text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
+    if row["reason"]:
+        return text + f"; no test: {row['reason']}."
+    return (
+        text + f"; Wilcoxon signed-rank p = {row['p']:.3g} (smallest attainable "
+        f"{row['p_min']:.3g}), Holm-adjusted p = {row['p_holm']:.3g} over "
+        f"{row['n_comparisons']} head comparisons."
+    )
+
+
+def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> Document:
+    """The headline heads × freezing tables, one per task and encoder.
+
+    Args:
+        table: Normalised tidy results table.
+        refs: Reference numbers (:func:`bench.results.references.load_references`).
+        split: Evaluation split.
+
+    Returns:
+        The document.
+    """
+    doc = Document("Heads × freezing", notes=[LEGEND])
+    cells = stats.cell_stats(table, split=split)
+    comp = stats.compare_heads(table, split=split)
+    settings = sorted(
+        cells.groupby(["task", "encoder"], sort=True),
+        key=lambda item: (_rank(item[0][0], [c[0] for c in GLUE_COLUMNS]), item[0][1]),
+    )
+    for (task, encoder), group in settings:
+        heads = _order(group["head_label"].unique(), HEAD_ORDER)
+        freezes = _order(group["freeze_label"].unique(), FREEZE_ORDER)
+        metric = group["metric"].iloc[0]
+        t = Table(
+            title=f"{task} — {encoder}",
+            caption=f"{task}, {metric_name(metric)} on {split} (×100), encoder {encoder}: "
+            "rows are heads, columns freezing strategies.",
+            header=["Head", *freezes],
+            align=["l"] + ["r"] * len(freezes),
+        )
+        lookup_cell = {(r["head_label"], r["freeze_label"]): r for _, r in group.iterrows()}
+        for head in heads:
+            t.rows.append([head] + [cell_text(lookup_cell.get((head, f))) for f in freezes])
+        for j, freeze in enumerate(freezes, start=1):
+            present = [(i, lookup_cell[(h, freeze)]) for i, h in enumerate(heads)
+                       if (h, freeze) in lookup_cell]  # fmt: skip
+            _bold_best(t, j, [r["mean"] for _, r in present], [i for i, _ in present])
+            ranked = sorted(
+                (r for _, r in present if r["n"] > 0), key=lambda r: r["mean"], reverse=True
+            )
+            sub = comp[(comp["task"] == task) & (comp["encoder"] == encoder)]
+            if len(ranked) >= 2:
+                note = _paired_note(sub, freeze, ranked[0]["head_label"], ranked[1]["head_label"])
+                if note:
+                    t.notes.append(note)
+        base = group["baseline"].dropna()
+        if len(base):
+            t.notes.insert(0, f"Majority-class baseline: {pct(base.iloc[0])}.")
+        elif metric in stats.ZERO_THRESHOLD_METRICS:
+            t.notes.insert(0, NO_BASELINE)
+        else:
+            t.notes.insert(0, f"No majority-class baseline recorded for {metric}: failed runs "
+                           "are counted from their status only.")  # fmt: skip
+        ref = lookup(refs, encoder, task, "finetune", split)
+        if not ref.empty:
+            head, freeze = GLUE_REFERENCE_SETTING
+            r = ref.iloc[0]
+            delta = _delta(table, r, encoder, task, split)
+            text = f"Published {r['model']} fine-tuned: {r['value']:.1f} {metric_name(r['metric'])}"
+            if not np.isnan(delta):
+                text += f"; ours ({head}, {freeze}) on the same metric: Δ = {signed(delta)}"
+            t.notes.append(text + ". " + _reference_note(ref))
+        doc.tables.append(t)
+    if not doc.tables:
+        doc.notes.append("No results.")
+    return doc
+
+
+# --------------------------------------------------------------------------- glue
+
+
+def glue_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
+    """GLUE-style table: tasks as columns, one row per encoder × head × freezing.
+
+    Args:
+        table: Normalised tidy results table.
+        refs: Reference numbers.
+
+    Returns:
+        The document.
+    """
+    doc = Document("GLUE dev results", notes=[LEGEND])
+    per_split = {s: stats.cell_stats(table, split=s) for s in ("dev", "dev_mismatched")}
+    columns = []
+    for task, split, name in GLUE_COLUMNS:
+        sub = per_split[split]
+        sub = sub[sub["task"] == task]
+        if not sub.empty:
+            columns.append((task, split, f"{name} ({metric_name(sub['metric'].iloc[0])})", sub))
+    others = sorted(set(table["task"]) - {c[0] for c in GLUE_COLUMNS})
+    if others:
+        doc.notes.append(f"Not GLUE tasks, not shown: {', '.join(others)}.")
+    if not columns:
+        doc.notes.append("No GLUE results.")
+        return doc
+    keys = sorted(
+        {
+            (r.encoder, r.head_label, r.freeze_label)
+            for *_, sub in columns
+            for r in sub.itertuples()
+        },
+        key=lambda k: (k[0], _rank(k[1], HEAD_ORDER), _rank(k[2], FREEZE_ORDER)),
+    )
+    lookups = [
+        {(r["encoder"], r["head_label"], r["freeze_label"]): r for _, r in c[3].iterrows()}
+        for c in columns
+    ]
+    found = {key: [lk.get(key) for lk in lookups] for key in keys}
+    means = {
+        key: [r["mean"] if r is not None and r["n"] else np.nan for r in rows]
+        for key, rows in found.items()
+    }
+    avgs = {key: np.nan if np.isnan(m).any() else float(np.mean(m)) for key, m in means.items()}
+    # an average only means something over >= 2 tasks and for rows that have all of them
+    with_avg = len(columns) >= 2 and not np.isnan(list(avgs.values())).all()
+    t = Table(
+        title="",
+        caption="GLUE dev sets, each task's main metric ×100"
+        + (
+            " (Avg: unweighted mean over the task columns, rows with every task only)."
+            if with_avg
+            else "."
+        ),
+        header=["Encoder", "Head", "Freeze", *[c[2] for c in columns]]
+        + (["Avg"] if with_avg else []),
+    )
+    t.align = ["l", "l", "l"] + ["r"] * (len(t.header) - 3)
+    for key in keys:
+        avg = [pct(avgs[key])] if with_avg else []
+        t.rows.append([*key, *(cell_text(r) for r in found[key]), *avg])
+    for j in range(len(columns)):
+        _bold_best(t, 3 + j, [means[k][j] for k in keys], list(range(len(keys))))
+    if with_avg:
+        _bold_best(t, 3 + len(columns), [avgs[k] for k in keys], list(range(len(keys))))
+    _glue_references(t, doc, keys, columns, table, refs)
+    doc.tables.append(t)
+    return doc
+
+
+def _delta(table: pd.DataFrame, ref: pd.Series, encoder: str, task: str, split: str) -> float:
+    """Ours minus published, on the reference's metric, for the reference's setting (NaN)."""
+    head, freeze = GLUE_REFERENCE_SETTING
+    ours = stats.cell_stats(table, metric=ref["metric"], split=split)
+    ours = ours[
+        (ours["task"] == task)
+        & (ours["encoder"] == encoder)
+        & (ours["head_label"] == head)
+        & (ours["freeze_label"] == freeze)
+    ]
+    if ours.empty or ours["n"].iloc[0] == 0:
+        return float("nan")
+    return float(100 * ours["mean"].iloc[0] - ref["value"])
+
+
+def _glue_references(
+    t: Table,
+    doc: Document,
+    keys: list[tuple[str, str, str]],
+    columns: list[tuple[str, str, str, pd.DataFrame]],
+    table: pd.DataFrame,
+    refs: pd.DataFrame,
+) -> None:
+    """Append a published row and a delta row per encoder that has GLUE references."""
+    head, freeze = GLUE_REFERENCE_SETTING
+    for encoder in sorted({k[0] for k in keys}):
+        found = [lookup(refs, encoder, task, "finetune", split) for task, split, _, _ in columns]
+        if all(f.empty for f in found):
+            continue
+        used = pd.concat([f for f in found if not f.empty])
+        ref_cells, delta_cells = [], []
+        for (task, split, _, sub), ref in zip(columns, found, strict=True):
+            if ref.empty:
+                ref_cells.append("")
+                delta_cells.append("")
+                continue
+            r = ref.iloc[0]
+            main = sub["metric"].iloc[0]
+            shown = "" if r["metric"] == main else f" ({metric_name(r['metric'])})"
+            ref_cells.append(f"{r['value']:.1f}{shown}")
+            delta = _delta(table, r, encoder, task, split)
+            delta_cells.append("" if np.isnan(delta) else signed(delta))
+        extra = [""] if t.header[-1] == "Avg" else []
+        model = used["model"].iloc[0]
+        t.rules.add(len(t.rows))
+        t.rows.append([model, "published", "full", *ref_cells, *extra])
+        if any(delta_cells):
+            t.rows.append([encoder, f"Δ ours ({head}) − published", freeze, *delta_cells, *extra])
+        doc.notes.append(
+            f"{model}: published dev results of full fine-tuning with the model's own head "
+            "(the RoBERTa paper reports dev medians of 5 runs; the README with the base numbers "
+            "does not say); a metric in "
+            "parentheses differs from our column's, and its delta uses our value of that "
+            f"metric. {_reference_note(used)}"
+        )
+
+
+# --------------------------------------------------------------------------- table 7
+
+
+def table7_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
+    """BERT Table 7 style: CoNLL-2003 F1 by layer choice, with the paper's numbers.
+
+    Rows: fine-tune (``freeze=full``, ``head=linear``), then frozen features into the
+    BiLSTM head by ``layers`` in the paper's order, then any other frozen BiLSTM layer
+    choices found.
+
+    Args:
+        table: Normalised tidy results table.
+        refs: Reference numbers.
+
+    Returns:
+        The document.
+    """
+    doc = Document("BERT Table 7: feature-based vs. fine-tuning on CoNLL-2003", notes=[LEGEND])
+    dev = stats.cell_stats(table, split="dev")
+    test = stats.cell_stats(table, split="test")
+    dev, test = (d[d["task"] == TABLE7_TASK] for d in (dev, test))
+    if dev.empty:
+        doc.notes.append(f"No {TABLE7_TASK} results.")
+        return doc
+    paper = refs[(refs["task"] == TABLE7_TASK) & (refs["split"] == "dev")]
+    paper = paper[paper["metric"] == "f1"]
+    for encoder, group in dev.groupby("encoder", sort=True):
+        tgroup = test[test["encoder"] == encoder]
+        has_test = not tgroup.empty
+        rows = _table7_rows(group)
+        model = paper["model"].iloc[0] if not paper.empty else "paper"
+        t = Table(
+            title=encoder,
+            caption=f"CoNLL-2003 NER, entity-level F1 ×100. Ours: encoder {encoder}, mean ± std "
+            f"over seeds. Paper: {model} (Devlin et al. 2019, Table 7, dev F1)."
+            + (
+                ""
+                if paper.empty or encoder == paper["encoder"].iloc[0]
+                else f" The encoders differ ({encoder} vs. {model}): compare the pattern across "
+                "rows, not the absolute numbers."
+            ),
+            header=["Layers", "Paper row", "Dev F1 (ours)", f"Dev F1 ({model})", "Δ"]
+            + (["Test F1 (ours)"] if has_test else []),
+            align=["l", "l", "r", "r", "r"] + (["r"] if has_test else []),
+        )
+        means = []
+        for setting, paper_row, r in rows:
+            ref = paper[paper["setting"] == setting]
+            ref_value = ref["value"].iloc[0] if not ref.empty else np.nan
+            delta = 100 * r["mean"] - ref_value if r["n"] else np.nan
+            cells = [setting, paper_row, cell_text(r),
+                     "" if np.isnan(ref_value) else f"{ref_value:.1f}",
+                     "" if np.isnan(delta) else signed(delta)]  # fmt: skip
+            if has_test:
+                tr = tgroup[
+                    (tgroup["head_label"] == r["head_label"])
+                    & (tgroup["freeze_label"] == r["freeze_label"])
+                ]
+                cells.append(cell_text(tr.iloc[0]) if not tr.empty else "")
+            t.rows.append(cells)
+            means.append(r["mean"] if r["n"] else np.nan)
+        _bold_best(t, 2, means, list(range(len(means))))
+        if not paper.empty:
+            t.notes.append(
+                "Paper: fine-tuning approach vs. frozen BERT-base features into a two-layer "
+                f"768-dim BiLSTM. {_reference_note(paper)}"
+            )
+        doc.tables.append(t)
+    return doc
+
+
+def _table7_rows(group: pd.DataFrame) -> list[tuple[str, str, pd.Series]]:
+    """(setting, paper row name, stats row) in the paper's order, then extra layer choices."""
+    names = dict(TABLE7_ROWS)
+    out = []
+    fine = group[(group["freeze"] == "full") & (group["head"] == "linear")]
+    for _, r in fine.iterrows():
+        label = "finetune" if len(fine) == 1 else f"finetune ({r['head_label']})"
+        out.append((label, names["finetune"], r))
+    frozen = group[(group["freeze"] == "frozen") & (group["head"] == "bilstm")]
+    layers = frozen["layers"].fillna("default")
+    for setting, paper_row in TABLE7_ROWS[1:]:
+        for _, r in frozen[layers == setting].iterrows():
+            out.append((setting, paper_row, r))
+    for _, r in frozen[~layers.isin(names)].iterrows():
+        out.append((str(r["layers"]) if pd.notna(r["layers"]) else "default", "", r))
+    return out
+
+
+# --------------------------------------------------------------------------- I/O
+
+
+def load_source(path: str | Path) -> pd.DataFrame:
+    """Load a results table from a file, a results directory or a runs directory.
+
+    Args:
+        path: ``results.csv``/``results.parquet``; a directory holding one of them
+            (Parquet preferred); or a runs directory, collected with
+            :func:`bench.results.collect.collect`.
+
+    Returns:
+        The normalised tidy table.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+    """
+    path = Path(path)
+    if path.is_file():
+        return stats.normalize_table(read_table(path))
+    if not path.is_dir():
+        raise FileNotFoundError(path)
+    for name in ("results.parquet", "results.csv"):
+        if (path / name).is_file():
+            return stats.normalize_table(read_table(path / name))
+    return stats.normalize_table(collect([path], None))
+
+
+def build(table: pd.DataFrame, style: str, refs: pd.DataFrame | None = None) -> Document:
+    """Build the document of one style.
+
+    Args:
+        table: Tidy results table.
+        style: One of :data:`STYLES`.
+        refs: Reference numbers; default the packaged ones.
+
+    Returns:
+        The document.
+
+    Raises:
+        ValueError: On an unknown style.
+    """
+    refs = load_references() if refs is None else refs
+    table = stats.normalize_table(table)
+    if style == "glue":
+        return glue_document(table, refs)
+    if style == "table7":
+        return table7_document(table, refs)
+    if style == "heads":
+        return heads_document(table, refs)
+    raise ValueError(f"unknown style {style!r}; choose from {', '.join(STYLES)}")
+
+
+def write(doc: Document, out_dir: str | Path, style: str) -> list[Path]:
+    """Write ``<style>.md``, ``<style>.tex`` and ``<style>.html`` atomically.
+
+    Args:
+        doc: The document.
+        out_dir: Output directory (created).
+        style: File stem.
+
+    Returns:
+        The written paths.
+    """
+    paths = []
+    for ext, render in RENDERERS.items():
+        text = render(doc)
+        paths.append(atomic_write(Path(out_dir) / f"{style}.{ext}", lambda fh, s=text: fh.write(s)))
+    return paths
+
+
+def applicable_styles(table: pd.DataFrame) -> list[str]:
+    """The styles that have data in ``table`` (``all`` skips the empty ones)."""
+    tasks = set(table["task"].dropna())
+    has = {
+        "glue": bool(tasks & {task for task, _, _ in GLUE_COLUMNS}),
+        "table7": TABLE7_TASK in tasks,
+        "heads": bool(tasks),
+    }
+    return [style for style in STYLES if has[style]]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``python -m bench.results.tables SOURCE --style STYLE [-o OUT_DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.results.tables",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("source", help="results.csv/.parquet, a results dir or a runs dir")
+    parser.add_argument("--style", required=True, choices=[*STYLES, "all"])
+    parser.add_argument(
+        "-o", "--out", default=None,
+        help="output directory (default: the directory of the results file, or SOURCE itself)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    source = Path(args.source)
+    out = Path(args.out) if args.out else (source.parent if source.is_file() else source)
+    table = load_source(source)
+    refs = load_references()
+    for style in applicable_styles(table) if args.style == "all" else (args.style,):
+        doc = build(table, style, refs)
+        paths = write(doc, out, style)
+        print(to_markdown(doc))
+        print("wrote " + ", ".join(str(p) for p in paths))
+
+
+if __name__ == "__main__":
+    main()

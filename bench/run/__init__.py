@@ -1,0 +1,1 @@
+"""Running cells: ``run(cfg)``, the command line, plan, preflight, resume, callbacks, launchers."""

@@ -1,0 +1,158 @@
+"""Command line: ``python -m bench [overrides]`` trains one cell, ``-m`` sweeps.
+
+Re-running a sweep resumes it: cells whose result says ``ok`` for the same config are
+skipped; failed and diverged cells are re-run with ``+rerun_failed=true``; ``+force=true``
+re-runs everything. ``--dry-run`` lists what a launch would do without training.
+
+Examples:
+    python -m bench task=sst2 encoder=minilm head=bilstm freeze=frozen seed=1
+    python -m bench -m experiment=quick          # `+experiment=quick` works too
+    python -m bench experiment=cpu_heads --dry-run
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from bench.paths import config_dir
+
+if TYPE_CHECKING:
+    from bench.run.resume import CellState
+
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
+    """Say why a cell is not trained, and log it in the sweep's ``launches.jsonl``."""
+    hints = {"running": " in another process", "failed": "; +rerun_failed=true re-runs it",
+             "diverged": "; +rerun_failed=true re-runs it"}  # fmt: skip
+    print(f"skip ({state.state}{hints.get(state.state, '')}): {run_dir}/result.json")
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        from bench.results.run_records import log_launch_event
+
+        cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
+        log_launch_event(hydra_cfg.sweep.dir, "skip", cell_path=cell_path, state=state.state)
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    from bench.cell import config_hash
+    from bench.run.resume import (
+        RUNNING,
+        CellState,
+        cell_lock,
+        cell_state,
+        clear_run_outputs,
+        should_run,
+    )
+    from bench.run.train import run
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    rerun_failed, force = bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))
+    with cell_lock(run_dir) as mine:  # two launches never train one cell at once
+        state = cell_state(run_dir, config_hash(cfg)) if mine else CellState(RUNNING)
+        if not should_run(state, rerun_failed, force):
+            _report_skip(hydra_cfg, run_dir, state)
+            return
+        clear_run_outputs(run_dir)
+        result = run(cfg, run_dir)
+    status = result["status"]
+    print(f"{status}: {run_dir}/result.json")
+    if status != "ok" and hydra_cfg.mode == RunMode.RUN:
+        print(f"reason: {result['reason']}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _dry_run(args: list[str]) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.run.plan import plan, print_plan
+
+    multirun = any(a in _MULTIRUN_FLAGS for a in args)
+    overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
+    flags = [a for a in overrides if a.startswith("-")]
+    if flags:
+        sys.exit(f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}")
+    try:
+        cells = plan(config_dir(), overrides, multirun)
+    except (HydraException, OmegaConfBaseException) as err:  # what Hydra itself would report
+        sys.exit(f"error composing the sweep: {err}")
+    print_plan(cells)
+
+
+def _normalise(arg: str) -> str:
+    """``+experiment=x`` means ``experiment=x``: the defaults list already has the slot."""
+    return arg[1:] if arg.startswith("+experiment=") else arg
+
+
+def _preflight(args: list[str]) -> None:
+    """A single run with a bad config exits with status 2 before Hydra writes anything."""
+    if any(a in _MULTIRUN_FLAGS for a in args) or any(a.startswith("-") for a in args):
+        return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
+    from bench.run.preflight import check_command
+
+    message = check_command(config_dir(), args)
+    if message:
+        print(message, file=sys.stderr)
+        sys.exit(2)
+
+
+#: The launcher presets in conf/hydra/launcher/: the plugin module each needs and its extra.
+LAUNCHER_PLUGINS = {
+    "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
+}
+
+
+def missing_launcher(args: list[str]) -> str | None:
+    """A message if ``hydra/launcher=<name>`` names a preset whose plugin is not installed.
+
+    Without this check Hydra fails later with "Error locating target
+    hydra_plugins...", which does not say what to install.
+    """
+    from importlib.util import find_spec
+
+    for arg in args:
+        key, _, name = arg.lstrip("+~").partition("=")
+        if key != "hydra/launcher" or name not in LAUNCHER_PLUGINS:
+            continue
+        module, extra = LAUNCHER_PLUGINS[name]
+        if find_spec(module.split(".")[0]) is None or find_spec(module) is None:
+            return (f"hydra/launcher={name} needs the Hydra plugin {module.split('.')[-1]!r}, "
+                    f"which is not installed: pip install 'headbench[{extra}]'")  # fmt: skip
+    return None
+
+
+def main() -> None:
+    """Entry point of ``python -m bench`` and the ``headbench`` script."""
+    # conf/hydra/launcher/* shadow the launcher plugins' own configs of the same names on
+    # purpose: Hydra then validates our presets against the plugins' schemas (a misspelt
+    # knob is an error), and warns that this matching is deprecated.
+    warnings.filterwarnings("ignore", message=r"(?s).*validated against ConfigStore schema")
+    sys.argv[1:] = [_normalise(a) for a in sys.argv[1:]]
+    if "--dry-run" in sys.argv[1:]:
+        _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
+        return
+    _preflight(sys.argv[1:])
+    message = missing_launcher(sys.argv[1:])
+    if message:
+        print(message, file=sys.stderr)
+        sys.exit(2)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

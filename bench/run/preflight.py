@@ -1,0 +1,223 @@
+"""Check a cell's config before anything is trained or written.
+
+:func:`check_cell` catches what would otherwise surface deep inside training as an
+obscure exception: a value of the wrong type, a task or freezing strategy that does not
+exist, an encoder directory without model or tokenizer files, ``max_length`` above the
+encoder's position limit, ``top_k`` larger than the encoder's depth, a head option the
+head does not have (or one that does not fit the task), ``pooler init=pretrained`` on an
+encoder whose pooler is not trained. Each raises a :class:`~bench.errors.ConfigError` (or
+:class:`~bench.errors.EncoderError`) naming the key and the valid choices.
+
+``python -m bench`` (a single run) calls :func:`check_command` before Hydra creates any
+directory, so a bad command exits with status 2 and writes nothing; in a sweep,
+:func:`bench.run.train.run` calls :func:`check_cell` first and records the cell as failed
+with that message, and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from bench.errors import ConfigError
+
+# Keys with a fixed type: (allowed types, lower bound or None). `None` in the types = null.
+INT = (int,)
+NUMBER = (int, float)
+TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
+    "seed": (INT, None),
+    "data_seed": (INT, None),
+    "data.train_size": ((int, None), 1),
+    "data.max_length": (INT, 2),
+    "data.batch_size": (INT, 1),
+    "data.eval_batch_size": (INT, 1),
+    "data.num_workers": (INT, 0),
+    "trainer.max_epochs": (INT, 1),
+    "optim.encoder_lr": (NUMBER, 0),
+    "optim.head_lr": (NUMBER, 0),
+    "optim.frozen_head_lr": (NUMBER, 0),
+    "optim.weight_decay": (NUMBER, 0),
+    "optim.warmup_ratio": (NUMBER, 0),
+    "optim.adam_eps": (NUMBER, 0),
+    "optim.fused": ((bool,), None),
+}
+_ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved for padding
+
+
+def _type_names(types: tuple[type | None, ...]) -> str:
+    names = {int: "an integer", float: "a number", bool: "true or false", None: "null"}
+    return " or ".join(names.get(t, getattr(t, "__name__", str(t))) for t in types)
+
+
+def check_types(cfg: DictConfig) -> None:
+    """Check the keys of :data:`TYPED_KEYS` that are present for type and lower bound.
+
+    Raises:
+        ConfigError: Naming the key, the value given and what is valid.
+    """
+    for key, (types, lower) in TYPED_KEYS.items():
+        value = OmegaConf.select(cfg, key, default="__absent__")
+        if value == "__absent__":
+            continue
+        if types == (bool,):
+            ok = isinstance(value, bool)
+        else:
+            ok = (value is None and None in types) or (
+                not isinstance(value, bool)
+                and any(t is not None and isinstance(value, t) for t in types)
+            )
+        if not ok:
+            raise ConfigError(f"{key}={value!r}: must be {_type_names(types)}")
+        if value is not None and lower is not None and value < lower:
+            raise ConfigError(f"{key}={value!r}: must be at least {lower}")
+    grouping = OmegaConf.select(cfg, "data.group_by_length", default=False)
+    if not (isinstance(grouping, bool) or grouping == "bucket"):
+        raise ConfigError(
+            f"data.group_by_length={grouping!r}: valid choices: false, true (the HF Trainer's "
+            "length-grouped mega-batches), bucket (bench/data/samplers.py)"
+        )
+    ratio = OmegaConf.select(cfg, "optim.warmup_ratio", default=None)
+    if isinstance(ratio, (int, float)) and ratio > 1:
+        raise ConfigError(f"optim.warmup_ratio={ratio!r}: must be between 0 and 1")
+
+
+def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
+    """Depth, width, position limit of an encoder, from its config.json; tokenizer loads."""
+    from transformers import AutoConfig
+
+    from bench.errors import EncoderError
+    from bench.model.encoders import load_tokenizer, resolve_source
+
+    path = resolve_source(encoder["source"])
+    try:
+        config = AutoConfig.from_pretrained(
+            path,
+            revision=encoder.get("revision") or None,
+            trust_remote_code=bool(encoder.get("trust_remote_code", False)),
+        )
+    except (OSError, ValueError) as err:
+        raise EncoderError(
+            f"encoder {encoder['name']!r}: cannot read config from {path}: {err}"
+        ) from err
+    load_tokenizer(encoder)  # no tokenizer files: EncoderError naming the path
+    return {
+        "model_type": config.model_type,
+        "hidden_size": int(config.hidden_size),
+        "num_layers": int(config.num_hidden_layers),
+        "max_positions": int(getattr(config, "max_position_embeddings", 0) or 0),
+    }
+
+
+def check_max_length(max_length: int, name: str, model_type: str, max_positions: int) -> None:
+    """``data.max_length`` must fit the encoder's position embeddings.
+
+    Raises:
+        ConfigError: If it does not, naming the valid range.
+    """
+    if max_positions <= 0:
+        return  # relative positions (e.g. DeBERTa): no hard limit
+    limit = max_positions - (2 if model_type in _ROBERTA_LIKE else 0)
+    if max_length > limit:
+        raise ConfigError(
+            f"data.max_length={max_length} exceeds the position limit of encoder {name!r} "
+            f"({limit}); valid values: 1..{limit}"
+        )
+
+
+def check_cell(cfg: DictConfig) -> None:
+    """Check one composed cell config; cheap (config files and the tokenizer, no weights).
+
+    Raises:
+        ConfigError: For a bad value, naming the key and the valid choices.
+        EncoderError: For an encoder without model or tokenizer files.
+    """
+    from bench.data.tasks import ALL_TASKS, get_task
+    from bench.model.freezing import ADAPTIVE_STRATEGIES, STRATEGIES
+    from bench.model.heads import build_head, build_token_head
+    from bench.run.allocator import check_malloc_mode
+
+    check_types(cfg)
+    check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
+    try:
+        spec = get_task(str(cfg.task.name))
+    except KeyError:
+        valid = ", ".join(sorted(ALL_TASKS))
+        raise ConfigError(
+            f"task.name={cfg.task.name!r}: unknown task; valid choices: {valid}"
+        ) from None
+    # Only the cell's own groups: the `hydra` node may need a live run to resolve.
+    plain: dict[str, Any] = {
+        key: OmegaConf.to_container(cfg[key], resolve=True)
+        for key in ("encoder", "head", "freeze", "data")
+    }
+    encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
+    strategies = (*STRATEGIES, *ADAPTIVE_STRATEGIES)
+    if freeze.get("name") not in strategies:
+        raise ConfigError(
+            f"freeze.name={freeze.get('name')!r}: unknown freezing strategy; "
+            f"valid choices: {', '.join(strategies)}"
+        )
+    facts = _encoder_facts(encoder)
+    check_max_length(
+        int(plain["data"]["max_length"]),
+        encoder["name"],
+        facts["model_type"],
+        facts["max_positions"],
+    )
+    layers = facts["num_layers"]
+    if freeze["name"] in ("top_k", "reinit_top"):
+        k = freeze.get("k")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= layers:
+            raise ConfigError(
+                f"freeze.k={k!r} for {freeze['name']}; valid values for encoder "
+                f"{encoder['name']!r}: 1..{layers}"
+            )
+    # The head's own options first: a head/task mismatch is the more basic error.
+    if spec.kind == "token":
+        build_token_head(head, facts["hidden_size"], layers, spec.label_names)
+    else:
+        build_head(head, facts["hidden_size"], layers, spec.num_labels)
+    if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
+        raise ConfigError(
+            f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "
+            f"declares pooler={encoder.get('pooler')!r}; valid choices here: head.init=random"
+        )
+
+
+def compose_single_run(config_dir: str | Path, overrides: list[str]) -> DictConfig | None:
+    """Compose the config of a single run as Hydra will; None when it is a multirun."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from bench.run.plan import hydra_context
+
+    with hydra_context(config_dir):
+        hydra = GlobalHydra.instance().hydra
+        assert hydra is not None
+        if hydra.get_mode(config_name="config", overrides=overrides) == RunMode.MULTIRUN:
+            return None
+        return hydra.compose_config("config", overrides, run_mode=RunMode.RUN)
+
+
+def check_command(config_dir: str | Path, overrides: list[str]) -> str | None:
+    """Check a single-run command line; return the error message, or None if it is fine.
+
+    Composition errors (an unknown group option, a misspelled key: Hydra's own message
+    lists the valid options) and :func:`check_cell` errors are both returned as text.
+    """
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.errors import EncoderError
+
+    try:
+        cfg = compose_single_run(config_dir, overrides)
+        if cfg is not None:
+            check_cell(cfg)
+    except (HydraException, OmegaConfBaseException) as err:
+        return f"error composing the config: {err}"
+    except (ConfigError, EncoderError) as err:
+        return f"error: {err}"
+    return None

@@ -1,0 +1,74 @@
+"""Provenance of a run: git commit, library versions, hardware, peak memory."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+_VERSIONED = (
+    "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
+    "hydra-core", "datasets", "numpy",
+)  # fmt: skip
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit of the headbench checkout and whether tracked files differ from it."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if commit.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python and of the libraries that change the numbers."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def hardware() -> dict[str, Any]:
+    """The machine: platform, CPU count, torch threads, GPU name."""
+    import torch  # imported here: reading results (collect, report) never needs torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": gpu,
+    }
+
+
+def peak_memory() -> dict[str, float | None]:
+    """Peak memory so far: process RSS (process-wide) and CUDA allocations."""
+    import torch
+
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    # ru_maxrss is process-wide: in a multirun it includes earlier cells of the same process.
+    return {"process_rss_mb": rss_kb / 1024, "cuda_allocated_mb": cuda}

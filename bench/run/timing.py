@@ -1,0 +1,113 @@
+"""Training-loop time and work of a cell, validation excluded (for throughput and FLOP/s)."""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import lightning as L
+
+#: What :func:`count_batch` adds up over training batches.
+BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
+_SPANS = ("seconds", "cpu_seconds", "minor_faults")
+
+
+def minor_faults() -> int:
+    """The process's minor page faults so far (pages the kernel mapped in and zeroed)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def count_batch(counts: dict[str, int], attention_mask: Any) -> None:
+    """Add one padded batch to ``counts`` (keys :data:`BATCH_COUNTS`).
+
+    Args:
+        counts: Running totals, updated in place.
+        attention_mask: The batch's (B, T) mask: examples B, real tokens ``sum(mask)``,
+            padded tokens ``B * T`` and ``B * T**2`` (what attention costs).
+    """
+    b, t = attention_mask.shape
+    counts["batches"] += 1
+    counts["examples"] += b
+    counts["tokens"] += int(attention_mask.sum())
+    counts["padded_tokens"] += b * t
+    counts["padded_tokens_sq"] += b * t * t
+
+
+class TrainLoopTimer(L.Callback):
+    """Time the training epochs without their validation, and count what they processed.
+
+    Counts examples, real tokens (attention mask), padded tokens ``sum(B * T)`` and
+    ``sum(B * T**2)`` (what attention costs), so FLOPs follow from the model shape.
+    Besides wall time it records the process's CPU time over the same spans
+    (``time.process_time``: user + system, all threads), which time spent waiting for a
+    core on a shared machine does not inflate, and the minor page faults (memory the C
+    allocator returned to the kernel and took back: see :mod:`bench.run.allocator`).
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+        self.minor_faults = 0
+        self.counts = dict.fromkeys(BATCH_COUNTS, 0)
+        self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
+
+    def _open(self) -> None:
+        self._since = (time.perf_counter(), time.process_time(), minor_faults())
+
+    def _close(self) -> None:
+        if self._since is not None:
+            wall, cpu, faults = self._since
+            self.seconds += time.perf_counter() - wall
+            self.cpu_seconds += time.process_time() - cpu
+            self.minor_faults += minor_faults() - faults
+            self._since = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start timing the epoch."""
+        self._open()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Pause while validating."""
+        self._close()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Resume if validation ran inside a training epoch."""
+        if trainer.training:
+            self._open()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Stop timing the epoch."""
+        self._close()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Count the batch's examples and tokens."""
+        count_batch(self.counts, batch["attention_mask"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
+        return {**{k: getattr(self, k) for k in _SPANS}, **self.counts}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Adopt totals from :meth:`state_dict`."""
+        for key in _SPANS:
+            if key in state_dict:  # checkpoints from before a total was added lack it
+                setattr(self, key, state_dict[key])
+        self.counts.update({k: state_dict[k] for k in BATCH_COUNTS if k in state_dict})
+
+    def summary(self) -> dict[str, float | int]:
+        """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
+        return {
+            "train_loop_s": self.seconds,
+            "train_loop_cpu_s": self.cpu_seconds,
+            "train_loop_minor_faults": self.minor_faults,
+            **self.counts,
+            "examples_per_s": self.counts["examples"] / self.seconds if self.seconds else None,
+        }

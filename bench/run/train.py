@@ -1,0 +1,215 @@
+"""Train and evaluate one grid cell; write its ``result.json`` atomically.
+
+:func:`run` is plain Python (testable without Hydra's entry point); ``bench.run.cli``
+wraps it in ``@hydra.main``. A failing cell never raises out of :func:`run`: its result
+records ``status`` (``ok``, ``failed``, ``diverged``) and the reason, so a sweep goes on.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from bench.atomic import atomic_write, atomic_write_json
+from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
+from bench.data.tasks import get_task
+from bench.errors import DivergedError
+from bench.model.metrics import majority_baseline
+from bench.results.degenerate import prediction_summary
+from bench.run import provenance
+from bench.run.preflight import check_cell, check_max_length
+
+log = logging.getLogger(__name__)
+
+
+def _main_metric(cfg: DictConfig) -> str | None:
+    try:
+        return get_task(cfg.task.name).main_metric
+    except KeyError:
+        return None  # the unknown task is reported by the run itself
+
+
+def _loggers(run_dir: Path) -> list[Any]:
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(run_dir, name="logs", version="")]
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return loggers
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    loggers.append(TensorBoardLogger(run_dir, name="tb", version="", default_hp_metric=False))
+    return loggers
+
+
+def _write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
+    for split, cols in predictions.items():
+
+        def write(handle: Any, cols: dict[str, list[Any]] = cols) -> None:
+            writer = csv.writer(handle)
+            writer.writerow(["idx", "label", "pred"])
+            writer.writerows(zip(cols["idx"], cols["label"], cols["pred"], strict=True))
+
+        atomic_write(run_dir / f"predictions_{split}.csv", write)
+
+
+def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
+    import lightning as L
+
+    from bench.cache.features import attach_cache
+    from bench.data.ner_metrics import majority_baseline as ner_majority_baseline
+    from bench.data.sequence_datamodule import GlueDataModule
+    from bench.data.token_datamodule import TokenDataModule, write_word_predictions
+    from bench.model.encoders import load_tokenizer
+    from bench.model.module import HeadbenchModule
+    from bench.paths import cache_dir
+    from bench.run.allocator import ConfigureMalloc, configure_malloc
+    from bench.run.distributed import trainer_strategy
+    from bench.run.timing import TrainLoopTimer
+
+    malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
+    result["runtime"] = {"malloc": configure_malloc(malloc)}
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
+    spec = get_task(cfg.task.name)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    tokenizer = load_tokenizer(plain["encoder"])
+    token_task = spec.kind == "token"
+    datamodule = (TokenDataModule if token_task else GlueDataModule)(
+        spec,  # type: ignore[arg-type]
+        tokenizer,
+        data_dir=cfg.data.dir,
+        train_size=cfg.data.train_size,
+        data_seed=int(cfg.data_seed),
+        max_length=int(cfg.data.max_length),
+        batch_size=int(cfg.data.batch_size),
+        eval_batch_size=int(cfg.data.eval_batch_size),
+        num_workers=int(cfg.data.num_workers),
+        group_by_length=cfg.data.get("group_by_length", False),
+        token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
+    )
+    module = HeadbenchModule(
+        encoder=plain["encoder"],
+        head=plain["head"],
+        freeze=plain["freeze"],
+        task=spec.name,
+        optim=plain["optim"],
+        dev_names=datamodule.dev_names,
+    )
+    info = module.encoder_info
+    check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
+    result["encoder_info"] = module.encoder_info.to_dict()
+    result["params"] = module.parameter_counts()
+    result["learning_rates"] = module.learning_rates()
+    result["adaptation"] = module.adaptation.record
+    datamodule.setup("fit")
+    assert datamodule.train is not None
+    result["data"] = {
+        "source": str(cfg.data.dir) if cfg.data.dir else "hub",
+        **datamodule.describe(),
+    }
+    result["cache"] = attach_cache(module, datamodule, plain.get("cache"))
+    baseline = ner_majority_baseline if token_task else majority_baseline
+    result["baseline"] = {
+        name: baseline(spec, datamodule.train_labels, labels)  # type: ignore[arg-type]
+        for name, labels in datamodule.dev_labels.items()
+    }
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    assert isinstance(trainer_kwargs, dict)
+    trainer_kwargs.pop("name", None)
+    timer = TrainLoopTimer()
+    trainer = L.Trainer(
+        **trainer_strategy(trainer_kwargs),  # ddp_spawn: see bench/run/distributed.py
+        callbacks=[timer, ConfigureMalloc(malloc)],
+        default_root_dir=run_dir,
+        logger=_loggers(run_dir),
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        enable_progress_bar=sys.stderr.isatty(),
+        enable_model_summary=False,
+    )
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        result["train_time_s"] = time.perf_counter() - started
+        result["throughput"] = timer.summary()
+        result["history"] = module.history
+        # trainable parameters at the start and at every change; params: the maximum
+        result["trainable_params_history"] = module.adaptation.trainable_history
+        result["params"] = module.parameter_counts()
+    assert module.best is not None, "no validation epoch ran"
+    result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
+    summary = prediction_summary(spec, module.best["predictions"])
+    result["predictions_summary"] = summary
+    result["degenerate"] = summary["degenerate"]
+    if summary["degenerate"]:
+        log.warning("cell %s is degenerate: one prediction for all of %s: %s",
+                    cell_path(cfg), summary["split"], summary)  # fmt: skip
+    if token_task:
+        assert isinstance(datamodule, TokenDataModule)
+        write_word_predictions(
+            run_dir, module.best["predictions"], datamodule.dev_tokens, spec.label_names
+        )
+    else:
+        _write_predictions(run_dir, module.best["predictions"])
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train and evaluate one cell and write ``<run_dir>/result.json``.
+
+    Args:
+        cfg: The composed config (``task``, ``encoder``, ``head``, ``freeze``, ``seed``,
+            ``data``, ``optim``, ``trainer``).
+        run_dir: Directory for the result, predictions and logs.
+
+    Returns:
+        The result dict as written: ``status`` is ``ok``, ``failed`` or ``diverged``.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "cell": cell_of(cfg),
+        "cell_path": cell_path(cfg),
+        "status": "running",
+        "reason": None,
+        "config_hash": config_hash(cfg),
+        "hash_recipe": HASH_RECIPE,
+        "main_metric": _main_metric(cfg),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    try:
+        check_cell(cfg)  # a bad value fails here with a clear message, before any loading
+        _train(cfg, run_dir, result)
+        result["status"] = "ok"
+    except DivergedError as err:
+        result.update(status="diverged", reason=str(err), diverged_step=err.step)
+        log.error("cell %s diverged: %s", cell_path(cfg), err)
+    except Exception as err:  # a failing cell is recorded, never fatal to the sweep
+        result.update(status="failed", reason=f"{type(err).__name__}: {err}")
+        result["traceback"] = traceback.format_exc()
+        log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
+    result["wall_time_s"] = time.perf_counter() - started
+    result["finished_at"] = provenance.utc_now()
+    result["peak_memory"] = provenance.peak_memory()
+    result["git"] = provenance.git_commit()
+    result["versions"] = provenance.versions()
+    result["hardware"] = provenance.hardware()
+    atomic_write_json(run_dir / RESULT_FILE, result)
+    return result

@@ -1,0 +1,851 @@
+"""Performance benchmark: ``python benchmarks/perf.py`` prints tables, writes ``results/perf.json``.
+
+Everything is measured side by side in one run on this machine (nothing is extrapolated):
+
+1. ``grid``: frozen cells (4 heads x seeds, minilm, SST-2 subset) uncached vs cached —
+   wall time, ratio and scores. The cells run seed-major (seed 1: four heads, seed 2: four
+   heads, ...) and the cumulative wall time after 4, 8, 12, 16, 32 cells is recorded, so
+   the first 12 cells are the issue's 4 heads x 3 seeds grid and the prefixes are the
+   growth grids (part 4). The cached path starts from an empty cache directory.
+2. ``finetune``: one full fine-tuning cell (linear head) with headbench vs the Hugging Face
+   ``Trainer`` on the same model (same encoder + head module), batch size, max length,
+   learning rate schedule, epochs and padding policy (dynamic padding, length-grouped
+   batches); training examples/s (validation excluded), examples per CPU second (the
+   process's CPU time over the same span: not inflated by waiting for a shared core),
+   page faults, peak memory and the dev accuracies. Each side runs as it ships; a third
+   side, the Trainer in a process given headbench's allocator setting
+   (``runtime.malloc=tuned``, :mod:`bench.run.allocator`), shows what that setting is worth on
+   its own. They alternate in ABBA order (``--ft-repeats`` runs each), every run in a fresh
+   process, and the medians are compared.
+3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
+   the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
+
+Each part is saved to the output file as it finishes (uncached grid cells one by one), and
+a rerun with the same settings skips what is already measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.atomic import atomic_write_json
+from bench.paths import config_dir
+from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = ("linear", "pooler", "last4_concat", "bilstm")
+GRID_MARKS = (4, 8, 12, 16, 32)
+#: Fine-tuning sides: headbench's fast path (bucketed batches, ``data.group_by_length=bucket``),
+#: headbench with the Trainer's own length grouping (the same batches' statistics), the HF
+#: Trainer as it ships, and the Trainer in a process given headbench's allocator setting
+#: (``runtime.malloc=tuned``). Both headbench sides run with its defaults otherwise.
+FRAMEWORKS = ("headbench", "headbench_hf_sampler", "hf_trainer", "hf_trainer_tuned")
+#: The headbench sides and their ``data.group_by_length``; the others are the Trainer's.
+_GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true"}
+HEADBENCH_SIDES = tuple(_GROUPING)
+HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
+_SHORT = {"headbench": "hb", "headbench_hf_sampler": "hb/hf-sampler", "hf_trainer": "hf",
+          "hf_trainer_tuned": "hf+malloc"}  # fmt: skip
+#: Grid paths and their ``cache.dtype`` (None: cache disabled).
+GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _quiet() -> None:
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "bench"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _dev_accuracy(result: dict[str, Any]) -> dict[str, float | None]:
+    history = result.get("history") or [{}]
+    best = (result.get("best") or {}).get("metrics", {}).get("dev", {})
+    return {"final": history[-1].get("dev", {}).get("accuracy"), "best": best.get("accuracy")}
+
+
+# --------------------------------------------------------------------------- part 1 and 4
+
+
+def _grid_cells(n_cells: int) -> list[tuple[str, int]]:
+    seeds = math.ceil(n_cells / len(HEADS))
+    return [(head, seed) for seed in range(1, seeds + 1) for head in HEADS][:n_cells]
+
+
+def _grid_overrides(
+    args: argparse.Namespace, head: str, seed: int, cache: dict[str, Any]
+) -> list[str]:
+    return [
+        f"encoder={args.encoder}",
+        f"head={head}",
+        "freeze=frozen",
+        f"task={args.task}",
+        f"seed={seed}",
+        f"data.train_size={args.train_size}",
+        f"data.max_length={args.max_length}",
+        f"data.batch_size={args.batch_size}",
+        "data.group_by_length=true",
+        f"trainer.max_epochs={args.epochs}",
+        "trainer.log_every_n_steps=50",
+        *[f"cache.{k}={v}" for k, v in cache.items()],
+    ]
+
+
+def _run_cell(overrides: list[str], run_dir: Path) -> dict[str, Any]:
+    from bench.run.train import run
+
+    started = time.perf_counter()
+    result = run(_compose(overrides), run_dir)
+    return {
+        "status": result["status"],
+        "reason": result.get("reason"),
+        "wall_s": time.perf_counter() - started,
+        "dev_accuracy": _dev_accuracy(result),
+        "cache": result.get("cache"),
+        "throughput": result.get("throughput"),
+    }
+
+
+def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 1 and 4: uncached vs cached frozen cells, cumulative wall time per grid size."""
+    keys = ("encoder", "task", "train_size", "epochs", "max_length", "batch_size")
+    settings = {k: getattr(args, k) for k in keys}
+    grid = state.setdefault("grid", {})
+    if grid.get("settings") != settings:
+        grid.clear()
+        grid["settings"] = settings
+    cells = _grid_cells(args.grid_cells)
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-"))
+    torch.set_num_threads(args.grid_threads)
+    grid["threads"] = args.grid_threads
+    for path, dtype in GRID_PATHS.items():
+        done = grid.setdefault(path, [])
+        if dtype is not None and len(done) < len(cells):
+            done.clear()  # a cached path is timed from an empty cache in one go
+        for head, seed in cells[len(done) :]:
+            cache = {"enabled": dtype is not None, "dir": work / path / "cache"}
+            if dtype is not None:
+                cache["dtype"] = dtype
+            overrides = _grid_overrides(args, head, seed, cache)
+            cell = _run_cell(overrides, work / path / f"{head}-{seed}")
+            cell.update(head=head, seed=seed, load_avg_1min=os.getloadavg()[0])
+            done.append(cell)
+            print(f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
+                  f"dev acc {cell['dev_accuracy']['final']}", flush=True)  # fmt: skip
+            save()
+    grid["sizes"] = grid_sizes(grid)
+    save()
+
+
+def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """Totals of the first 4, 8, 12, 16, 32 cells of each path (cells measured on all paths).
+
+    ``<path>_encoder_s`` is the time spent in cache lookups and encoder passes on a miss,
+    ``<path>_heads_s`` everything else (loading, head training, evaluation).
+    """
+    paths = list(GRID_PATHS)
+    n = min(len(grid.get(p) or []) for p in paths)  # rows once every path has the cells
+    rows = []
+    for m in (m for m in GRID_MARKS if m <= n):
+        unc = grid["uncached"][:m]
+        row: dict[str, Any] = {"cells": m, "uncached_s": sum(c["wall_s"] for c in unc)}
+        for path in paths[1:]:
+            cac = grid[path][:m]
+            total = sum(c["wall_s"] for c in cac)
+            build = sum((c.get("cache") or {}).get("build_s", 0.0) for c in cac)
+            diffs = [abs(a["dev_accuracy"]["final"] - b["dev_accuracy"]["final"])
+                     for a, b in zip(unc, cac, strict=True)]  # fmt: skip
+            row.update({
+                f"{path}_s": total,
+                f"{path}_encoder_s": build,
+                f"{path}_heads_s": total - build,
+                f"{path}_ratio": row["uncached_s"] / total,
+                f"{path}_same_scores": all(
+                    a["dev_accuracy"] == b["dev_accuracy"] for a, b in zip(unc, cac, strict=True)
+                ),
+                f"{path}_cells_differing": sum(d > 0 for d in diffs),
+                f"{path}_max_abs_acc_diff": max(diffs),
+            })  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def grid_heads(grid: dict[str, Any], cells: int = 12) -> list[dict[str, Any]]:
+    """Per head over the first ``cells`` cells: uncached vs cached float32 wall time.
+
+    The cached time is split into the encoder passes the head's cells paid for (cache
+    builds) and everything else, which is what caching cannot remove: the head's own
+    training and evaluation, plus per-cell setup.
+    """
+    unc = (grid.get("uncached") or [])[:cells]
+    cac = (grid.get("cached_fp32") or [])[:cells]
+    if len(unc) < cells or len(cac) < cells:
+        return []
+    rows = []
+    for head in HEADS:
+        u = [c for c in unc if c["head"] == head]
+        c = [c for c in cac if c["head"] == head]
+        build = sum((x.get("cache") or {}).get("build_s", 0.0) for x in c)
+        total = sum(x["wall_s"] for x in c)
+        rows.append({
+            "head": head,
+            "cells": len(u),
+            "uncached_s": sum(x["wall_s"] for x in u),
+            "cached_s": total,
+            "cached_encoder_s": build,
+            "cached_rest_s": total - build,
+            "ratio": sum(x["wall_s"] for x in u) / total,
+            "train_loop_s": sum((x.get("throughput") or {}).get("train_loop_s", 0.0) for x in c),
+        })  # fmt: skip
+    return rows
+
+
+# --------------------------------------------------------------------------- part 2
+
+
+class _EncoderWithHead(torch.nn.Module):
+    """headbench's encoder + head as one module returning ``loss`` and ``logits`` (HF style)."""
+
+    def __init__(self, encoder: torch.nn.Module, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
+        logits = self.head(out.hidden_states, attention_mask)  # (B, C)
+        result = {"logits": logits}
+        if labels is not None:
+            result["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+        return result
+
+
+def _finetune_overrides(args: argparse.Namespace, grouping: str = "true") -> list[str]:
+    return [
+        f"encoder={args.encoder}",
+        "head=linear",
+        "freeze=full",
+        f"task={args.task}",
+        f"seed={args.seed}",
+        f"data.train_size={args.ft_train_size}",
+        f"data.max_length={args.max_length}",
+        f"data.batch_size={args.batch_size}",
+        f"data.group_by_length={grouping}",
+        f"trainer.max_epochs={args.ft_epochs}",
+        "trainer.log_every_n_steps=50",
+        "optim.head_lr=${optim.encoder_lr}",  # one learning rate, as the HF Trainer uses
+        "optim.fused=true",  # fused AdamW, as the HF Trainer's default optimizer
+    ]
+
+
+class _CountingCollator:
+    """``DataCollatorWithPadding`` that also counts what it pads (the TrainLoopTimer's counts)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.counts = dict.fromkeys(BATCH_COUNTS, 0)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.inner(features)
+        count_batch(self.counts, batch["attention_mask"])
+        return batch
+
+
+def _train_cpu_time_callback() -> Any:
+    from transformers import TrainerCallback
+
+    class TrainCpuTime(TrainerCallback):
+        """The process's CPU time and page faults from ``on_train_begin`` to ``on_train_end``.
+
+        The span of the Trainer's ``train_runtime`` (which starts just before
+        ``on_train_begin``): the counterpart of ``TrainLoopTimer``'s ``train_loop_cpu_s``
+        and ``train_loop_minor_faults``.
+        """
+
+        def __init__(self) -> None:
+            self.seconds = 0.0
+            self.faults = 0
+            self._since = (0.0, 0)
+
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self._since = (time.process_time(), minor_faults())
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            self.seconds = time.process_time() - self._since[0]
+            self.faults = minor_faults() - self._since[1]
+
+    return TrainCpuTime()
+
+
+def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str, Any]:
+    import numpy as np
+    from datasets import Dataset
+    from omegaconf import OmegaConf
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from bench.data.sequence_datamodule import GlueDataModule
+    from bench.data.tasks import get_task
+    from bench.model.encoders import load_encoder, load_tokenizer
+    from bench.model.heads import build_head
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    spec = get_task(plain["task"]["name"])
+    tokenizer = load_tokenizer(plain["encoder"])
+    dm = GlueDataModule(spec, tokenizer, data_dir=plain["data"]["dir"],
+                        train_size=args.ft_train_size, data_seed=int(plain["data_seed"]),
+                        max_length=args.max_length, batch_size=args.batch_size,
+                        eval_batch_size=int(plain["data"]["eval_batch_size"]))  # fmt: skip
+    dm.setup("fit")
+
+    def to_dataset(examples: Any) -> Dataset:
+        rows = [{k: v for k, v in ex.items() if k != "idx"} for ex in examples.examples]
+        for row in rows:
+            row["length"] = len(row["input_ids"])
+        return Dataset.from_list(rows)
+
+    set_seed(args.seed)
+    encoder, info = load_encoder(plain["encoder"])
+    encoder.pooler = None
+    head = build_head(plain["head"], info.hidden_size, info.num_layers, spec.num_labels)
+    model = _EncoderWithHead(encoder, head)
+    optim = plain["optim"]
+    targs = TrainingArguments(
+        output_dir=str(work / "hf"),
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=int(plain["data"]["eval_batch_size"]),
+        learning_rate=float(optim["encoder_lr"]),
+        weight_decay=float(optim["weight_decay"]),
+        adam_beta1=float(optim["betas"][0]),
+        adam_beta2=float(optim["betas"][1]),
+        adam_epsilon=float(optim["adam_eps"]),
+        warmup_steps=float(optim["warmup_ratio"]),
+        lr_scheduler_type="linear",
+        num_train_epochs=args.ft_epochs,
+        max_grad_norm=float(plain["trainer"]["gradient_clip_val"]),
+        train_sampling_strategy="group_by_length",
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+
+    def accuracy(pred: Any) -> dict[str, float]:
+        logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
+        return {"accuracy": float((np.argmax(logits, axis=-1) == pred.label_ids).mean())}
+
+    collator = _CountingCollator(DataCollatorWithPadding(tokenizer))
+    cpu = _train_cpu_time_callback()
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=to_dataset(dm.train),
+        eval_dataset=to_dataset(dm.dev["dev"]),
+        data_collator=collator,
+        compute_metrics=accuracy,
+        callbacks=[cpu],
+    )
+    out = trainer.train()
+    counts = dict(collator.counts)  # training batches only: evaluation comes next
+    dev = trainer.evaluate()
+    seconds = float(out.metrics["train_runtime"])
+    return {
+        "dev_accuracy": {"final": dev["eval_accuracy"]},
+        "throughput": {
+            **counts,
+            "train_loop_s": seconds,
+            "train_loop_cpu_s": cpu.seconds,
+            "train_loop_minor_faults": cpu.faults,
+            "examples_per_s": counts["examples"] / seconds,
+        },
+    }
+
+
+def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, Any]:
+    """One fine-tuning run of ``name`` (one of :data:`FRAMEWORKS`) in this process.
+
+    The headbench sides run with its defaults (``runtime.malloc=tuned``) and their length
+    grouping (:data:`_GROUPING`); ``hf_trainer`` as the Trainer ships (the process's
+    allocator untouched); ``hf_trainer_tuned`` is the Trainer in a process given headbench's
+    allocator setting, to show what that setting is worth on its own. ``peak_rss_mb`` and
+    ``minor_faults`` are the whole (fresh) process's.
+    """
+    import resource
+
+    from bench.run.allocator import configure_malloc
+
+    _quiet()
+    torch.set_num_threads(args.threads)
+    if name in HEADBENCH_SIDES:
+        run = _run_cell(_finetune_overrides(args, _GROUPING[name]), work)
+    else:
+        malloc = configure_malloc("tuned" if name == "hf_trainer_tuned" else "default")
+        run = _hf_trainer_cell(args, _compose(_finetune_overrides(args)), work)
+        run["malloc"] = malloc
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    run.update(
+        torch_threads=torch.get_num_threads(),
+        peak_rss_mb=usage.ru_maxrss / 1024,
+        minor_faults=usage.ru_minflt,
+    )
+    return run
+
+
+def _finetune_run_in_fresh_process(
+    args: argparse.Namespace, name: str, work: Path
+) -> dict[str, Any]:
+    """:func:`_finetune_run` in a new (spawned) Python process.
+
+    Every run starts from the same state: nothing one framework leaves behind in the
+    process (the C allocator's heap and its mmap threshold, global torch flags, lazy
+    imports and caches warmed by the run before) speeds up or slows down the other's
+    timed loop, and no run is the only one that pays a cold start.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_finetune_run, args, name, work).result()
+
+
+def _finetune_order(repeats: int, names: list[str]) -> list[str]:
+    """ABBA order (A B C C B A A B C ...) so that a drift in machine load hits every framework."""
+    return [name for r in range(repeats) for name in (names if r % 2 == 0 else names[::-1])]
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
+    """Medians per framework over the repeats, the speedups, and each side's FLOP/s.
+
+    ``speedup`` (and ``speedup_cpu``) is headbench's fast path over the Trainer as it ships;
+    ``ratios[headbench side][HF side]`` has every headbench side over every HF side measured.
+    """
+    out: dict[str, Any] = {}
+    for name in FRAMEWORKS:
+        runs = [r for r in part.get("runs", []) if r["framework"] == name]
+        if not runs:
+            continue
+        out[name] = {
+            "runs": len(runs),
+            "examples_per_s": _median([r["throughput"]["examples_per_s"] for r in runs]),
+            "examples_per_s_all": [r["throughput"]["examples_per_s"] for r in runs],
+            "padded_tokens_per_s": _median(
+                [r["throughput"]["padded_tokens"] / r["throughput"]["train_loop_s"] for r in runs]
+            ),
+            "padding": _median(
+                [1 - r["throughput"]["tokens"] / r["throughput"]["padded_tokens"] for r in runs]
+            ),
+            "dev_accuracy": [r["dev_accuracy"]["final"] for r in runs],
+            "flop_per_s": _median([r["flops"]["flop_per_s"] for r in runs]),
+        }
+        cpu = [r["throughput"].get("train_loop_cpu_s") for r in runs]
+        if all(cpu):  # runs saved before CPU time was recorded have none
+            per_cpu_s = [r["throughput"]["examples"] / c for r, c in zip(runs, cpu, strict=True)]
+            out[name]["examples_per_cpu_s"] = _median(per_cpu_s)
+            out[name]["examples_per_cpu_s_all"] = per_cpu_s
+        if all("minor_faults" in r for r in runs):  # recorded since the allocator setting
+            out[name]["minor_faults"] = _median([r["minor_faults"] for r in runs])
+            out[name]["peak_rss_mb"] = _median([r["peak_rss_mb"] for r in runs])
+        loop_faults = [r["throughput"].get("train_loop_minor_faults") for r in runs]
+        if all(f is not None for f in loop_faults):
+            out[name]["train_loop_minor_faults"] = _median(loop_faults)  # type: ignore[arg-type]
+    if "headbench" not in out or "hf_trainer" not in out:
+        return {}
+    # ratios[headbench side][HF side]: examples/s and examples per CPU second.
+    ratios: dict[str, dict[str, dict[str, float]]] = {}
+    for mine in (n for n in HEADBENCH_SIDES if n in out):
+        for theirs in (n for n in HF_SIDES if n in out):
+            a, b = out[mine], out[theirs]
+            pair = {"examples_per_s": a["examples_per_s"] / b["examples_per_s"]}
+            if "examples_per_cpu_s" in a and "examples_per_cpu_s" in b:
+                pair["examples_per_cpu_s"] = a["examples_per_cpu_s"] / b["examples_per_cpu_s"]
+            ratios.setdefault(mine, {})[theirs] = pair
+    out["ratios"] = ratios
+    hb, hf = out["headbench"], out["hf_trainer"]
+    out["speedup"] = ratios["headbench"]["hf_trainer"]["examples_per_s"]
+    if "examples_per_cpu_s" in ratios["headbench"]["hf_trainer"]:
+        out["speedup_cpu"] = ratios["headbench"]["hf_trainer"]["examples_per_cpu_s"]
+    out["speedup_padded_tokens"] = hb["padded_tokens_per_s"] / hf["padded_tokens_per_s"]
+    out["dev_accuracy_gap_points"] = 100 * abs(
+        _median(hb["dev_accuracy"]) - _median(hf["dev_accuracy"])
+    )
+    return out
+
+
+def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 2: headbench vs the HF Trainer on one full fine-tuning cell, repeated in ABBA order.
+
+    Both frameworks run in this process, alternately, ``--ft-repeats`` times each; every run's
+    FLOP/s is counted from its own batches (part 3). A rerun resumes after the last saved run.
+    """
+    keys = ("encoder", "task", "ft_train_size", "ft_epochs", "max_length", "batch_size", "seed")
+    settings = {k: getattr(args, k) for k in (*keys, "threads")}
+    settings["fresh_process_per_run"] = True  # runs saved before were all in one process
+    settings["frameworks"] = args.ft_frameworks
+    settings["headbench_grouping"] = {n: _GROUPING[n] for n in args.ft_frameworks if n in _GROUPING}
+    part = state.setdefault("finetune", {})
+    if part.get("settings") != settings:
+        part.clear()
+        part["settings"] = settings
+    torch.set_num_threads(args.threads)
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
+    order = _finetune_order(args.ft_repeats, args.ft_frameworks)
+    runs = part.setdefault("runs", [])
+    part["order"] = order
+    for i, name in enumerate(order):
+        if i < len(runs):
+            continue
+        run = _finetune_run_in_fresh_process(args, name, work / f"{name}-{i}")
+        run.update(framework=name, load_avg_1min=os.getloadavg()[0])
+        run["flops"] = training_flops(args, run["throughput"])
+        runs.append(run)
+        tp = run["throughput"]
+        print(f"[finetune {i + 1}/{len(order)} {name}] {tp['examples_per_s']:.1f} ex/s, "
+              f"{run['flops']['flop_per_s'] / 1e9:.1f} GFLOP/s, "
+              f"dev acc {run['dev_accuracy']['final']:.4f}", flush=True)  # fmt: skip
+        save()
+    part["summary"] = finetune_summary(part)
+    save()
+
+
+@functools.cache
+def _model_shape(encoder: str) -> tuple[int, int, int]:
+    """(N, L, H): the transformer layers' matrix weights, depth and width of an encoder."""
+    from bench.model.encoders import load_encoder, transformer_layers
+
+    model, info = load_encoder({"name": encoder, **_encoder_cfg(encoder)})
+    n = sum(
+        m.weight.numel()
+        for layer in transformer_layers(model)
+        for m in layer.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    return n, info.num_layers, info.hidden_size
+
+
+def training_flops(args: argparse.Namespace, throughput: dict[str, Any]) -> dict[str, Any]:
+    """FLOPs of a fine-tuning run from the model shape and the real (padded) token counts.
+
+    Formula (forward 2 FLOPs per multiply-add, backward twice the forward):
+    ``6 * N * sum(B*T) + 12 * L * H * sum(B*T^2)``, N = weights of the transformer layers'
+    matrices (QKV, output, FFN), L layers, H width, T the padded length of each batch (the
+    tensors the hardware multiplies). The second term is attention (QK^T and AV). Embedding
+    lookups, norms, softmax and the head are left out, so the figure is a lower bound.
+    """
+    n, L_, H = _model_shape(args.encoder)
+    flops = 6 * n * throughput["padded_tokens"] + 12 * L_ * H * throughput["padded_tokens_sq"]
+    seconds = throughput["train_loop_s"]
+    return {
+        "formula": "6*N*sum(B*T) + 12*L*H*sum(B*T^2)",
+        "N_matrix_weights": n,
+        "L": L_,
+        "H": H,
+        "sum_BT": throughput["padded_tokens"],
+        "sum_BT2": throughput["padded_tokens_sq"],
+        "real_tokens": throughput["tokens"],
+        "flops": flops,
+        "seconds": seconds,
+        "flop_per_s": flops / seconds,
+    }
+
+
+def _encoder_cfg(name: str) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(config_dir() / "encoder" / f"{name}.yaml")
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- part 3
+
+
+def matmul_peak(dtype: torch.dtype, n: int, seconds: float = 3.0) -> float:
+    """Measured dense matmul FLOP/s: (n x n) @ (n x n) repeated for about ``seconds``."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)  # warm-up
+    reps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        torch.mm(a, b)
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - started)
+
+
+def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 3: matmul peak (fp32, bf16; best of 3) at the fine-tuning thread count; fractions."""
+    torch.set_num_threads(args.threads)
+    repeats = 3
+    peak = {name: max(matmul_peak(dtype, args.matmul_n, seconds=2.0) for _ in range(repeats))
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
+    part = {"threads": args.threads, "matmul_n": args.matmul_n, "repeats": repeats,
+            "peak_flop_per_s": peak}  # fmt: skip
+    summary = (state.get("finetune") or {}).get("summary") or {}
+    for name in FRAMEWORKS:
+        if name in summary:
+            achieved = summary[name]["flop_per_s"]
+            part[f"{name}_fraction_of_fp32_peak"] = achieved / peak["fp32"]
+            part[f"{name}_fraction_of_bf16_peak"] = achieved / peak["bf16"]
+    state["flops"] = part
+    save()
+
+
+# --------------------------------------------------------------------------- output
+
+
+_HEADERS = {"headbench": "headbench (bucketed batches)",
+            "headbench_hf_sampler": "headbench, the Trainer's length grouping",
+            "hf_trainer": "HF `Trainer`",
+            "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting"}  # fmt: skip
+
+
+def _flops_cell(name: str, side: dict[str, Any], fl: dict[str, Any]) -> str:
+    achieved = f"{side['flop_per_s'] / 1e9:.1f} G"
+    fraction = fl.get(f"{name}_fraction_of_fp32_peak")
+    if fraction is None:  # measured before this framework's fraction was computed
+        return achieved
+    if name == "headbench":
+        return f"{achieved} = **{100 * fraction:.0f}%** of fp32 peak"
+    return f"{achieved} = {100 * fraction:.0f}%"
+
+
+def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, Any]) -> list[str]:
+    """The fine-tuning part as Markdown: one column per measured framework."""
+    st = ft["settings"]
+    names = [n for n in FRAMEWORKS if n in summary]
+    sides = [summary[n] for n in names]
+
+    def each(values: list[float]) -> str:
+        return ", ".join(f"{x:.1f}" for x in values)
+
+    def ratio(name: str, key: str) -> str:
+        vs = [
+            f"{pair[key]:.2f}x vs {_SHORT[other]}"
+            for other, pair in summary.get("ratios", {}).get(name, {}).items()
+            if key in pair
+        ]
+        return f" ({'; '.join(vs)})" if vs else ""  # fmt: skip
+
+    def row(label: str, cells: list[str]) -> str:
+        return f"| {label} | {' | '.join(cells)} |"
+
+    lines = [
+        f"Full fine-tuning ({st['encoder']} + linear head, {st['task']} "
+        f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
+        f"{st['batch_size']}, max length {st['max_length']}, dynamic padding, "
+        f"length-grouped batches (headbench: bucketed unless said), {st['threads']} "
+        f"thread(s); {sides[0]['runs']} runs each"
+        f"{', each in a fresh process,' if st.get('fresh_process_per_run') else ''} in the "
+        f"order {' '.join(_SHORT[n] for n in ft['order'])}; medians):",
+        "",
+        row("measurement", [_HEADERS[n] for n in names]),
+        "|---" * (len(names) + 1) + "|",
+        row("training examples/s, validation excluded (each run)",
+            [f"**{x['examples_per_s']:.1f}**{ratio(n, 'examples_per_s')} "
+             f"({each(x['examples_per_s_all'])})" for n, x in zip(names, sides, strict=True)]),
+    ]  # fmt: skip
+    if all("examples_per_cpu_s" in x for x in sides):
+        lines.append(row(
+            "training examples per CPU second (process time: not inflated by waiting for a core)",
+            [f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'examples_per_cpu_s')} "
+             f"({each(x['examples_per_cpu_s_all'])})" for n, x in zip(names, sides, strict=True)],
+        ))  # fmt: skip
+    lines += [
+        row("padded tokens/s (padding share)",
+            [f"{x['padded_tokens_per_s']:.0f} ({100 * x['padding']:.0f}%)" for x in sides]),
+        row("dev accuracy after the last epoch (each run)",
+            [each([100 * a for a in x["dev_accuracy"]]) for x in sides]),
+    ]  # fmt: skip
+    if all("train_loop_minor_faults" in x for x in sides):
+        lines.append(row(
+            "minor page faults in the training loop",
+            [f"{x['train_loop_minor_faults'] / 1e3:.0f} k" for x in sides],
+        ))  # fmt: skip
+    if all("minor_faults" in x for x in sides):
+        lines.append(row(
+            "minor page faults of the whole run / its peak resident memory",
+            [f"{x['minor_faults'] / 1e3:.0f} k / {x['peak_rss_mb']:.0f} MB" for x in sides],
+        ))  # fmt: skip
+    if fl:
+        peak = fl["peak_flop_per_s"]
+        formula = ft["runs"][0]["flops"]["formula"]
+        lines += [
+            row(f"achieved training FLOP/s ({formula})",
+                [_flops_cell(n, x, fl) for n, x in zip(names, sides, strict=True)]),
+            row(f"measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
+                f"{fl['repeats']}: fp32 / bf16",
+                [f"{peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G"]
+                + [""] * (len(names) - 1)),
+        ]  # fmt: skip
+    return lines
+
+
+def table(state: dict[str, Any]) -> str:
+    """The measured figures as Markdown: the frozen grids, then fine-tuning and FLOP/s."""
+    lines = []
+    grid = state.get("grid") or {}
+    rows = grid_sizes(grid)
+    if rows:
+        st = grid["settings"]
+        lines += [
+            f"Frozen grids ({st['encoder']}, {st['task']} {st['train_size']}-example subset, "
+            f"{st['epochs']} epochs, max length {st['max_length']}, batch {st['batch_size']}, "
+            f"{grid.get('threads')} thread; 4 heads x seeds; cumulative wall time of the "
+            "first N cells of one sweep, each path from an empty cache):",
+            "",
+            "| cells | uncached | cached fp16 (x faster) | cached fp32 (x faster) "
+            "| cached fp32: encoder + rest | cells whose dev accuracy differs: fp16 / fp32 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['cells']} | {r['uncached_s']:.0f} s "
+                f"| {r['cached_s']:.0f} s ({r['cached_ratio']:.1f}x) "
+                f"| {r['cached_fp32_s']:.0f} s ({r['cached_fp32_ratio']:.1f}x) "
+                f"| {r['cached_fp32_encoder_s']:.0f} s + {r['cached_fp32_heads_s']:.0f} s "
+                f"| {r['cached_cells_differing']} (max {100 * r['cached_max_abs_acc_diff']:.2f} "
+                f"points) / {r['cached_fp32_cells_differing']} |"
+            )
+        lines.append("")
+    heads = grid_heads(grid)
+    if heads:
+        lines += [
+            "Per head, the 12-cell grid (seeds 1-3), float32 cache: what caching removes "
+            "(encoder passes) and what it cannot (the head's own training and evaluation):",
+            "",
+            "| head | uncached | cached | of which encoder passes | rest | "
+            "head training loop | x faster |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for h in heads:
+            lines.append(
+                f"| {h['head']} | {h['uncached_s']:.0f} s | {h['cached_s']:.0f} s "
+                f"| {h['cached_encoder_s']:.0f} s | {h['cached_rest_s']:.0f} s "
+                f"| {h['train_loop_s']:.0f} s | {h['ratio']:.1f}x |"
+            )
+        lines.append("")
+    ft = state.get("finetune") or {}
+    summary = ft.get("summary") or {}
+    if summary:
+        lines += _finetune_table(ft, summary, state.get("flops") or {})
+    return "\n".join(lines)
+
+
+def _frameworks(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FRAMEWORKS]
+    if unknown or len(set(names)) != len(names) or not {"headbench", "hf_trainer"} <= set(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give headbench and hf_trainer, optionally the others, each once "
+            f"(valid: {', '.join(FRAMEWORKS)})"
+        )
+    return names
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python benchmarks/perf.py", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--out", type=Path, default=Path("results/perf.json"))
+    p.add_argument(
+        "--parts",
+        default="grid,finetune,flops",
+        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3)",
+    )
+    p.add_argument("--encoder", default="minilm")
+    p.add_argument("--task", default="sst2")
+    p.add_argument("--train-size", type=int, default=2000, help="grid cells' training subset")
+    p.add_argument("--epochs", type=int, default=3, help="grid cells' epochs")
+    p.add_argument("--grid-cells", type=int, default=32, help="cells per path (4 heads x seeds)")
+    p.add_argument("--grid-threads", type=int, default=1, help="torch threads for the grid")
+    p.add_argument("--ft-train-size", type=int, default=2000)
+    p.add_argument("--ft-epochs", type=int, default=3)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch threads for fine-tuning and the matmul peak (default: all cores)",
+    )
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--ft-frameworks",
+        type=_frameworks,
+        default=list(FRAMEWORKS),
+        help="comma-separated fine-tuning sides in ABBA order, headbench and hf_trainer "
+        f"required (default: {','.join(FRAMEWORKS)})",
+    )
+    p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
+    p.add_argument("--matmul-n", type=int, default=2048)
+    return p  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the chosen parts, saving each as it finishes, then print the table."""
+    args = _parser().parse_args(argv)
+    _quiet()
+    state: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    state["machine"] = {
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+    }
+
+    def save() -> None:
+        state["table"] = table(state)
+        atomic_write_json(args.out, state)
+
+    parts = {"grid": run_grid, "finetune": run_finetune, "flops": run_flops,
+             "table": lambda *_: None}  # fmt: skip
+    for name in args.parts.split(","):
+        if name not in parts:
+            raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")
+        started = time.perf_counter()
+        parts[name](args, state, save)
+        state.setdefault("part_seconds", {})[name] = time.perf_counter() - started
+        state.setdefault("load_avg_1min_after", {})[name] = os.getloadavg()[0]
+        save()
+    print(table(state))
+
+
+if __name__ == "__main__":
+    main()
