@@ -1,4 +1,4 @@
-"""Published reference numbers (``bench/references.csv``), loaded and validated.
+"""Published reference numbers (``bench/results/references.csv``), loaded and validated.
 
 Each row is one number as printed in its source (in percent), with the source, a link,
 the encoder name as headbench's config calls it, the setting (``finetune`` or a BERT
@@ -32,7 +32,7 @@ def load_references(path: str | Path | None = None) -> pd.DataFrame:
             are not numbers in [0, 100], unknown metrics, or duplicate keys.
     """
     if path is None:
-        with resources.files("bench").joinpath("references.csv").open(encoding="utf-8") as fh:
+        with resources.files("bench.results").joinpath("references.csv").open(encoding="utf-8") as fh:
             refs = pd.read_csv(fh, dtype=str, keep_default_na=False)
     else:
         refs = pd.read_csv(path, dtype=str, keep_default_na=False)

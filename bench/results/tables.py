@@ -129,7 +129,7 @@ def _reference_note(refs: pd.DataFrame) -> str:
     if inferred:
         text += f" Metric not stated by the source, inferred for: {', '.join(inferred)}."
     if any("unverified" in n for n in refs["note"]):
-        text += " Some details are unverified; see the note column of bench/references.csv."
+        text += " Some details are unverified; see the note column of bench/results/references.csv."
     return text
 
 

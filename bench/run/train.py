@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import atomic_write, atomic_write_json
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
+from bench.clock import utc_now
 from bench.data.tasks import get_task
 from bench.errors import DivergedError
 from bench.model.metrics import majority_baseline
@@ -206,7 +207,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         result["traceback"] = traceback.format_exc()
         log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
     result["wall_time_s"] = time.perf_counter() - started
-    result["finished_at"] = provenance.utc_now()
+    result["finished_at"] = utc_now()
     result["peak_memory"] = provenance.peak_memory()
     result["git"] = provenance.git_commit()
     result["versions"] = provenance.versions()
