@@ -36,17 +36,24 @@ print(json.dumps({"record": record, "faults_per_round": faults}))
 
 def _probe(mode: str, env: dict[str, str] | None = None) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, mode], cwd=ROOT, capture_output=True, text=True,
-        env=env, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", PROBE, mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not GLIBC, reason="the tuning is glibc's mallopt")
 def test_tuned_malloc_reuses_the_big_gradient_instead_of_faulting_it_in_again():
     default, tuned = _probe("default"), _probe("tuned")
-    assert default["record"] == {"mode": "default", "applied": False,
-                                 "reason": "runtime.malloc=default"}  # fmt: skip
+    assert default["record"] == {
+        "mode": "default",
+        "applied": False,
+        "reason": "runtime.malloc=default",
+    }
     assert tuned["record"]["applied"] is True and tuned["record"]["mmap_max"] == 0
     # 47 MB = 11,446 pages: glibc mmaps and munmaps the block every round by default.
     assert default["faults_per_round"] > 10_000
@@ -70,13 +77,30 @@ def test_an_unknown_mode_names_the_key_and_the_choices(mode):
 def _fine_tune(tmp_path, malloc: str) -> dict:
     """A real minilm fine-tuning cell (its 47 MB embedding gradient is an mmap block by default)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    args = ["encoder=minilm", "head=linear", "freeze=full", "task=sst2", "seed=1",
-            "data.train_size=64", "data.max_length=32", "trainer.max_epochs=1",
-            "+trainer.limit_val_batches=2", "trainer.log_every_n_steps=1",
-            f"runtime.malloc={malloc}", f"hydra.run.dir={tmp_path / malloc}",
-            f"cache.dir={tmp_path / 'cache'}"]  # fmt: skip
-    subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, env=env, check=True,
-                   capture_output=True, text=True, timeout=600)  # fmt: skip
+    args = [
+        "encoder=minilm",
+        "head=linear",
+        "freeze=full",
+        "task=sst2",
+        "seed=1",
+        "data.train_size=64",
+        "data.max_length=32",
+        "trainer.max_epochs=1",
+        "+trainer.limit_val_batches=2",
+        "trainer.log_every_n_steps=1",
+        f"runtime.malloc={malloc}",
+        f"hydra.run.dir={tmp_path / malloc}",
+        f"cache.dir={tmp_path / 'cache'}",
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return json.loads((tmp_path / malloc / "result.json").read_text())
 
 

@@ -37,8 +37,17 @@ def test_reader_matches_the_published_counts(conll_dir, filename):
 
 def test_first_training_sentence_is_read_by_name(conll_dir):
     cols = read_conll(conll_file(conll_dir, SPEC, "train.txt"), SPEC)
-    assert cols["tokens"][0] == ["EU", "rejects", "German", "call", "to", "boycott", "British",
-                                 "lamb", "."]  # fmt: skip
+    assert cols["tokens"][0] == [
+        "EU",
+        "rejects",
+        "German",
+        "call",
+        "to",
+        "boycott",
+        "British",
+        "lamb",
+        ".",
+    ]
     tags = [SPEC.label_names[i] for i in cols["label"][0]]
     assert tags == ["B-ORG", "O", "B-MISC", "O", "O", "O", "B-MISC", "O", "O"]
 

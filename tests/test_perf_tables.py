@@ -29,28 +29,51 @@ def _grid(n_unc: int, n_fp16: int, n_fp32: int) -> dict:
     walls = {"linear": 80.0, "pooler": 80.0, "last4_concat": 81.0, "bilstm": 110.0}
     cached = {"linear": 5.0, "pooler": 5.0, "last4_concat": 6.0, "bilstm": 40.0}
     grid = {
-        "settings": {"encoder": "minilm", "task": "sst2", "train_size": 2000, "epochs": 3,
-                     "max_length": 128, "batch_size": 32},
+        "settings": {
+            "encoder": "minilm",
+            "task": "sst2",
+            "train_size": 2000,
+            "epochs": 3,
+            "max_length": 128,
+            "batch_size": 32,
+        },
         "threads": 1,
         "uncached": [_cell(h, s, walls[h]) for h, s in cells[:n_unc]],
-    }  # fmt: skip
+    }
     for path, n in (("cached", n_fp16), ("cached_fp32", n_fp32)):
         grid[path] = [
-            _cell(h, s, cached[h] + (30.0 if s == 1 and h in ("linear", "last4_concat") else 0),
-                  build=30.0 if s == 1 and h in ("linear", "last4_concat") else 0.0)
+            _cell(
+                h,
+                s,
+                cached[h] + (30.0 if s == 1 and h in ("linear", "last4_concat") else 0),
+                build=30.0 if s == 1 and h in ("linear", "last4_concat") else 0.0,
+            )
             for h, s in cells[:n]
-        ]  # fmt: skip
+        ]
     return grid
 
 
 def test_abba_order():
     assert perf._finetune_order(2, ["headbench", "hf_trainer"]) == [
-        "headbench", "hf_trainer", "hf_trainer", "headbench"]  # fmt: skip
+        "headbench",
+        "hf_trainer",
+        "hf_trainer",
+        "headbench",
+    ]
     assert perf._finetune_order(3, ["hf_trainer", "headbench"])[:4] == [
-        "hf_trainer", "headbench", "headbench", "hf_trainer"]  # fmt: skip
+        "hf_trainer",
+        "headbench",
+        "headbench",
+        "hf_trainer",
+    ]
     assert perf._finetune_order(2, ["headbench", "hf_trainer", "hf_trainer_tuned"]) == [
-        "headbench", "hf_trainer", "hf_trainer_tuned",
-        "hf_trainer_tuned", "hf_trainer", "headbench"]  # fmt: skip
+        "headbench",
+        "hf_trainer",
+        "hf_trainer_tuned",
+        "hf_trainer_tuned",
+        "hf_trainer",
+        "headbench",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -89,20 +112,42 @@ def test_grid_sizes_and_heads_arithmetic():
 
 def _run(framework: str, ex_per_s: float, acc: float) -> dict:
     seconds = 100.0
-    tp = {"examples_per_s": ex_per_s, "train_loop_s": seconds, "examples": ex_per_s * seconds,
-          "train_loop_cpu_s": 0.5 * seconds,  # half the wall time: waiting for a core
-          "tokens": 700, "padded_tokens": 1000, "padded_tokens_sq": 40000}  # fmt: skip
-    return {"framework": framework, "throughput": tp, "dev_accuracy": {"final": acc},
-            "flops": {"flop_per_s": 2e9 * ex_per_s, "formula": "f"}}  # fmt: skip
+    tp = {
+        "examples_per_s": ex_per_s,
+        "train_loop_s": seconds,
+        "examples": ex_per_s * seconds,
+        "train_loop_cpu_s": 0.5 * seconds,  # half the wall time: waiting for a core
+        "tokens": 700,
+        "padded_tokens": 1000,
+        "padded_tokens_sq": 40000,
+    }
+    return {
+        "framework": framework,
+        "throughput": tp,
+        "dev_accuracy": {"final": acc},
+        "flops": {"flop_per_s": 2e9 * ex_per_s, "formula": "f"},
+    }
 
 
 def test_finetune_summary_medians_and_table():
-    runs = [_run("headbench", 40, 0.77), _run("hf_trainer", 44, 0.76),
-            _run("hf_trainer", 42, 0.76), _run("headbench", 46, 0.77),
-            _run("headbench", 41, 0.77), _run("hf_trainer", 43, 0.76)]  # fmt: skip
-    settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
-                "max_length": 128, "batch_size": 32, "threads": 1,
-                "fresh_process_per_run": True}  # fmt: skip
+    runs = [
+        _run("headbench", 40, 0.77),
+        _run("hf_trainer", 44, 0.76),
+        _run("hf_trainer", 42, 0.76),
+        _run("headbench", 46, 0.77),
+        _run("headbench", 41, 0.77),
+        _run("hf_trainer", 43, 0.76),
+    ]
+    settings = {
+        "encoder": "minilm",
+        "task": "sst2",
+        "ft_train_size": 2000,
+        "ft_epochs": 3,
+        "max_length": 128,
+        "batch_size": 32,
+        "threads": 1,
+        "fresh_process_per_run": True,
+    }
     part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["headbench"]["examples_per_s"] == statistics.median([40, 46, 41])
@@ -111,10 +156,14 @@ def test_finetune_summary_medians_and_table():
     assert summary["speedup_cpu"] == pytest.approx(82 / 86)
     assert summary["dev_accuracy_gap_points"] == pytest.approx(1.0)
     part["summary"] = summary
-    flops = {"threads": 1, "matmul_n": 2048, "repeats": 3,
-             "peak_flop_per_s": {"fp32": 1e11, "bf16": 2e11},
-             "headbench_fraction_of_fp32_peak": 0.82,
-             "hf_trainer_fraction_of_fp32_peak": 0.86}  # fmt: skip
+    flops = {
+        "threads": 1,
+        "matmul_n": 2048,
+        "repeats": 3,
+        "peak_flop_per_s": {"fp32": 1e11, "bf16": 2e11},
+        "headbench_fraction_of_fp32_peak": 0.82,
+        "hf_trainer_fraction_of_fp32_peak": 0.86,
+    }
     text = perf.table({"finetune": part, "flops": flops})
     assert "**41.0** (0.95x vs hf) (40.0, 46.0, 41.0)" in text and "**82%**" in text
     assert "**82.0** (0.95x vs hf) (80.0, 92.0, 82.0)" in text  # per CPU second
@@ -136,14 +185,23 @@ def test_four_sides_with_faults_and_memory():
     runs, seen = [], dict.fromkeys(speeds, 0)
     for name in order:
         run = _run(name, speeds[name][seen[name]], 0.8)
-        run.update(minor_faults=(1e4 if name == "hf_trainer" else 1e3) * (1 + seen[name]),
-                   peak_rss_mb=900.0 + seen[name])  # fmt: skip
+        run.update(
+            minor_faults=(1e4 if name == "hf_trainer" else 1e3) * (1 + seen[name]),
+            peak_rss_mb=900.0 + seen[name],
+        )
         run["throughput"]["train_loop_minor_faults"] = run["minor_faults"] - 500
         seen[name] += 1
         runs.append(run)
-    settings = {"encoder": "minilm", "task": "sst2", "ft_train_size": 2000, "ft_epochs": 3,
-                "max_length": 128, "batch_size": 32, "threads": 1,
-                "fresh_process_per_run": True}  # fmt: skip
+    settings = {
+        "encoder": "minilm",
+        "task": "sst2",
+        "ft_train_size": 2000,
+        "ft_epochs": 3,
+        "max_length": 128,
+        "batch_size": 32,
+        "threads": 1,
+        "fresh_process_per_run": True,
+    }
     part = {"runs": runs, "order": order, "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["speedup"] == pytest.approx(51 / 48)
@@ -169,6 +227,8 @@ def test_four_sides_with_faults_and_memory():
     assert "**48.0** (1.00x vs hf; 0.94x vs hf+malloc) (47.0, 48.0, 49.0)" in text
     assert "| 2 k / 901 MB | 2 k / 901 MB | 20 k / 901 MB | 2 k / 901 MB |" in text
     assert "training loop | 2 k | 2 k | 20 k | 2 k |" in text  # 1500 rounds to 2 k
-    assert ("in the order hb hb/hf-sampler hf hf+malloc hf+malloc hf hb/hf-sampler hb "
-            "hb hb/hf-sampler hf hf+malloc") in text  # fmt: skip
+    assert (
+        "in the order hb hb/hf-sampler hf hf+malloc hf+malloc hf hb/hf-sampler hb "
+        "hb hb/hf-sampler hf hf+malloc"
+    ) in text
     assert "| 102.0 G |" in text  # no fraction recorded for the third side: FLOP/s only

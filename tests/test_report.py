@@ -221,8 +221,10 @@ def test_expected_validation_performance_matches_brute_force_enumeration(report)
     section = _section(soup, "seed-spread")
     header, rows = _table_with(section, "Seeds", "n = 3", "Best seen")
     by_setting = {(r[2], r[3]): dict(zip(header, r, strict=True)) for r in rows}
-    for (head, freeze), values in [(("bilstm", "frozen"), [0.80, 0.83, 0.86]),
-                                   (("linear", "full"), [0.85, 0.86, 0.87])]:  # fmt: skip
+    for (head, freeze), values in [
+        (("bilstm", "frozen"), [0.80, 0.83, 0.86]),
+        (("linear", "full"), [0.85, 0.86, 0.87]),
+    ]:
         row = by_setting[(head, freeze)]
         assert (
             row["Seeds"] == "3"

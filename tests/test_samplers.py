@@ -27,9 +27,16 @@ def _padded_tokens(order: list[int], lengths: list[int], batch: int) -> int:
 def sst2_lengths(data_dir) -> list[int]:
     """Token counts of the 2,000-example SST-2 subset the benchmark trains on (minilm)."""
     encoder = OmegaConf.to_container(OmegaConf.load(CONF / "encoder" / "minilm.yaml"))
-    dm = GlueDataModule(get_task("sst2"), load_tokenizer(encoder), data_dir=data_dir,
-                        train_size=2000, data_seed=0, max_length=128, batch_size=32,
-                        eval_batch_size=128)  # fmt: skip
+    dm = GlueDataModule(
+        get_task("sst2"),
+        load_tokenizer(encoder),
+        data_dir=data_dir,
+        train_size=2000,
+        data_seed=0,
+        max_length=128,
+        batch_size=32,
+        eval_batch_size=128,
+    )
     dm.setup("fit")
     return [len(dm.train[i]["input_ids"]) for i in range(len(dm.train))]
 
@@ -71,9 +78,17 @@ def test_buckets_pad_less_than_the_trainers_mega_batches_on_real_sst2(sst2_lengt
 
 def test_the_data_module_batches_are_the_buckets(data_dir):
     encoder = OmegaConf.to_container(OmegaConf.load(CONF / "encoder" / "minilm.yaml"))
-    dm = GlueDataModule(get_task("rte"), load_tokenizer(encoder), data_dir=data_dir,
-                        train_size=100, data_seed=0, max_length=128, batch_size=16,
-                        eval_batch_size=64, group_by_length="bucket")  # fmt: skip
+    dm = GlueDataModule(
+        get_task("rte"),
+        load_tokenizer(encoder),
+        data_dir=data_dir,
+        train_size=100,
+        data_seed=0,
+        max_length=128,
+        batch_size=16,
+        eval_batch_size=64,
+        group_by_length="bucket",
+    )
     dm.setup("fit")
     torch.manual_seed(3)
     batches = list(dm.train_dataloader())
@@ -94,6 +109,8 @@ def test_a_bad_grouping_names_the_key_and_the_choices(compose_cfg, bad):
 def test_bucket_is_its_own_cell(compose_cfg):
     from bench.cell import config_hash
 
-    hashes = {config_hash(compose_cfg("seed=1", f"data.group_by_length={g}"))
-              for g in ("false", "true", "bucket")}  # fmt: skip
+    hashes = {
+        config_hash(compose_cfg("seed=1", f"data.group_by_length={g}"))
+        for g in ("false", "true", "bucket")
+    }
     assert len(hashes) == 3

@@ -79,9 +79,13 @@ def test_cell_stats_match_numpy_and_scipy(table):
     assert row["median"] == pytest.approx(np.median(x))
     assert (row["min"], row["max"]) == (x.min(), x.max())
     ref = sps.bootstrap(
-        (x,), np.mean, n_resamples=10_000, confidence_level=0.95, method="percentile",
+        (x,),
+        np.mean,
+        n_resamples=10_000,
+        confidence_level=0.95,
+        method="percentile",
         rng=np.random.default_rng(0),
-    ).confidence_interval  # fmt: skip
+    ).confidence_interval
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ref.low, ref.high))
     # an independent numpy percentile bootstrap agrees up to resampling noise
     rng = np.random.default_rng(123)
@@ -157,8 +161,17 @@ def test_compare_heads_degenerate_pairs():
 
 
 def test_paired_test_ties_survive_float_noise():
-    pairs = [(0.81, 0.78), (0.72, 0.75), (0.84, 0.81), (0.5, 0.47), (0.9, 0.8), (0.66, 0.69),
-             (0.61, 0.58), (0.77, 0.8), (0.5, 0.5)]  # fmt: skip
+    pairs = [
+        (0.81, 0.78),
+        (0.72, 0.75),
+        (0.84, 0.81),
+        (0.5, 0.47),
+        (0.9, 0.8),
+        (0.66, 0.69),
+        (0.61, 0.58),
+        (0.77, 0.8),
+        (0.5, 0.5),
+    ]
     d = np.array([a - b for a, b in pairs])
     p, reason = stats.paired_test(d)
     assert reason == ""

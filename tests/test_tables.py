@@ -16,23 +16,52 @@ EXPECTED = Path(__file__).parent / "expected"
 REGENERATE = os.environ.get("HEADBENCH_REGENERATE_EXPECTED") == "1"  # then review the diff
 
 
-def _cell(task, encoder, head_label, freeze, seed, metrics, *, head=None, layers=None,
-          main, baseline=None, status="ok", splits=("dev",)):  # fmt: skip
+def _cell(
+    task,
+    encoder,
+    head_label,
+    freeze,
+    seed,
+    metrics,
+    *,
+    head=None,
+    layers=None,
+    main,
+    baseline=None,
+    status="ok",
+    splits=("dev",),
+):
     base = {
-        "task": task, "encoder": encoder, "head": head or head_label.split("-")[0],
-        "head_label": head_label, "layers": layers, "freeze": freeze, "freeze_label": freeze,
-        "seed": seed, "status": status, "main_metric": main, "best_epoch": 1,
-        "trainable_params": 1000, "train_time_s": 1.0, "reason": None if status == "ok" else "x",
+        "task": task,
+        "encoder": encoder,
+        "head": head or head_label.split("-")[0],
+        "head_label": head_label,
+        "layers": layers,
+        "freeze": freeze,
+        "freeze_label": freeze,
+        "seed": seed,
+        "status": status,
+        "main_metric": main,
+        "best_epoch": 1,
+        "trainable_params": 1000,
+        "train_time_s": 1.0,
+        "reason": None if status == "ok" else "x",
         "run_dir": f"runs/{task}/{encoder}/{head_label}/{freeze}/seed={seed}",
-    }  # fmt: skip
+    }
     if status != "ok":
         return [{**base, "split": None, "metric": None, "value": None, "baseline": None}]
     baseline = baseline or {}
     return [
-        {**base, "split": split, "metric": m, "value": v + (0.01 if split != "dev" else 0.0),
-         "baseline": baseline.get(m)}
-        for split in splits for m, v in metrics.items()
-    ]  # fmt: skip
+        {
+            **base,
+            "split": split,
+            "metric": m,
+            "value": v + (0.01 if split != "dev" else 0.0),
+            "baseline": baseline.get(m),
+        }
+        for split in splits
+        for m, v in metrics.items()
+    ]
 
 
 def small_results() -> pd.DataFrame:
@@ -48,32 +77,89 @@ def small_results() -> pd.DataFrame:
         for freeze, values in by_freeze.items():
             for seed, v in enumerate(values, start=1):
                 status = "ok" if v is not None else "diverged"
-                rows += _cell("sst2", "minilm", head, freeze, seed, {"accuracy": v},
-                              main="accuracy", baseline=acc, status=status)  # fmt: skip
+                rows += _cell(
+                    "sst2",
+                    "minilm",
+                    head,
+                    freeze,
+                    seed,
+                    {"accuracy": v},
+                    main="accuracy",
+                    baseline=acc,
+                    status=status,
+                )
     for seed, v in enumerate([0.85, 0.86], start=1):  # STS-B: correlations, no baseline
-        rows += _cell("stsb", "minilm", "linear", "full", seed,
-                      {"pearson": v, "spearman": v - 0.01}, main="pearson")  # fmt: skip
+        rows += _cell(
+            "stsb",
+            "minilm",
+            "linear",
+            "full",
+            seed,
+            {"pearson": v, "spearman": v - 0.01},
+            main="pearson",
+        )
     # roberta_base with RoBERTa's own head, fine-tuned: compared with the published numbers
     for seed, (f1, a) in enumerate([(0.91, 0.88), (0.92, 0.89), (0.90, 0.87)], start=1):
-        rows += _cell("mrpc", "roberta_base", "pooler-random", "full", seed,
-                      {"f1": f1, "accuracy": a}, main="f1",
-                      baseline={"f1": 0.81, "accuracy": 0.68})  # fmt: skip
-        rows += _cell("mnli", "roberta_base", "pooler-random", "full", seed,
-                      {"accuracy": 0.86 + seed / 100}, main="accuracy",
-                      baseline={"accuracy": 0.35}, splits=("dev", "dev_mismatched"))  # fmt: skip
+        rows += _cell(
+            "mrpc",
+            "roberta_base",
+            "pooler-random",
+            "full",
+            seed,
+            {"f1": f1, "accuracy": a},
+            main="f1",
+            baseline={"f1": 0.81, "accuracy": 0.68},
+        )
+        rows += _cell(
+            "mnli",
+            "roberta_base",
+            "pooler-random",
+            "full",
+            seed,
+            {"accuracy": 0.86 + seed / 100},
+            main="accuracy",
+            baseline={"accuracy": 0.35},
+            splits=("dev", "dev_mismatched"),
+        )
     # Table 7: fine-tune (linear, full) and frozen BiLSTM over several layer choices
-    f1 = {"finetune": [0.93, 0.94], "embeddings": [0.80, 0.82], "last": [0.90, 0.91],
-          "concat_last4": [0.915, 0.925], "-2": [0.905, 0.905]}  # fmt: skip
+    f1 = {
+        "finetune": [0.93, 0.94],
+        "embeddings": [0.80, 0.82],
+        "last": [0.90, 0.91],
+        "concat_last4": [0.915, 0.925],
+        "-2": [0.905, 0.905],
+    }
     for setting, values in f1.items():
-        head, freeze, label = ("linear", "full", "linear") if setting == "finetune" else (
-            "bilstm", "frozen", f"bilstm-{setting}")  # fmt: skip
+        head, freeze, label = (
+            ("linear", "full", "linear")
+            if setting == "finetune"
+            else ("bilstm", "frozen", f"bilstm-{setting}")
+        )
         for seed, v in enumerate(values, start=1):
-            rows += _cell("conll2003", "minilm", label, freeze, seed,
-                          {"f1": v, "precision": v, "recall": v}, head=head,
-                          layers=None if setting == "finetune" else setting, main="f1",
-                          splits=("dev", "test"))  # fmt: skip
-    rows += _cell("conll2003", "minilm", "bilstm-sum_all", "frozen", 1, {}, head="bilstm",
-                  layers="sum_all", main="f1", status="failed")  # fmt: skip
+            rows += _cell(
+                "conll2003",
+                "minilm",
+                label,
+                freeze,
+                seed,
+                {"f1": v, "precision": v, "recall": v},
+                head=head,
+                layers=None if setting == "finetune" else setting,
+                main="f1",
+                splits=("dev", "test"),
+            )
+    rows += _cell(
+        "conll2003",
+        "minilm",
+        "bilstm-sum_all",
+        "frozen",
+        1,
+        {},
+        head="bilstm",
+        layers="sum_all",
+        main="f1",
+        status="failed",
+    )
     return pd.DataFrame(rows)
 
 
@@ -105,8 +191,13 @@ def test_glue_reference_and_delta_use_the_reference_metric():
     doc = tables.build(small_results(), "glue")
     (t,) = doc.tables
     # no row has every task, so there is no average column
-    assert t.header[3:] == ["SST-2 (acc)", "MRPC (F1)", "STS-B (Pearson)", "MNLI-m (acc)",
-                            "MNLI-mm (acc)"]  # fmt: skip
+    assert t.header[3:] == [
+        "SST-2 (acc)",
+        "MRPC (F1)",
+        "STS-B (Pearson)",
+        "MNLI-m (acc)",
+        "MNLI-mm (acc)",
+    ]
     published = next(r for r in t.rows if r[1] == "published")
     delta = next(r for r in t.rows if r[1].startswith("Δ"))
     mrpc, mnli = t.header.index("MRPC (F1)"), t.header.index("MNLI-m (acc)")
@@ -119,8 +210,14 @@ def test_glue_reference_and_delta_use_the_reference_metric():
 def test_table7_rows_in_paper_order_with_deltas():
     doc = tables.build(small_results(), "table7")
     (t,) = doc.tables
-    assert [r[0] for r in t.rows] == ["finetune", "embeddings", "last", "concat_last4",
-                                      "sum_all", "-2"]  # fmt: skip
+    assert [r[0] for r in t.rows] == [
+        "finetune",
+        "embeddings",
+        "last",
+        "concat_last4",
+        "sum_all",
+        "-2",
+    ]
     assert t.rows[0][2:5] == ["93.5 ± 0.7 (n=2)", "96.4", "−2.9"]
     assert t.rows[4][2:5] == ["— (n=0, 1 failed)", "95.5", ""]
     assert t.rows[0][5] == "94.5 ± 0.7 (n=2)"  # test split
@@ -178,8 +275,9 @@ def test_cli_writes_all_three_files(tmp_path, capsys):
     )
     assert "# Heads × freezing" in capsys.readouterr().out
     tables.main([str(src / "results.csv"), "--style", "all"])  # default: beside the CSV
-    assert {p.name for p in src.iterdir()} >= {f"{s}.{e}" for s in tables.STYLES
-                                               for e in ("md", "tex", "html")}  # fmt: skip
+    assert {p.name for p in src.iterdir()} >= {
+        f"{s}.{e}" for s in tables.STYLES for e in ("md", "tex", "html")
+    }
 
 
 def test_cli_collects_a_runs_directory(tmp_path):
@@ -188,12 +286,20 @@ def test_cli_collects_a_runs_directory(tmp_path):
     run = tmp_path / "runs" / "sst2" / "minilm" / "linear" / "frozen" / "seed=1"
     run.mkdir(parents=True)
     result = {
-        "cell": {"task": "sst2", "encoder": "minilm", "head": "linear", "head_label": "linear",
-                 "freeze": "frozen", "freeze_label": "frozen", "seed": 1},
-        "status": "ok", "main_metric": "accuracy",
+        "cell": {
+            "task": "sst2",
+            "encoder": "minilm",
+            "head": "linear",
+            "head_label": "linear",
+            "freeze": "frozen",
+            "freeze_label": "frozen",
+            "seed": 1,
+        },
+        "status": "ok",
+        "main_metric": "accuracy",
         "best": {"epoch": 0, "metrics": {"dev": {"accuracy": 0.75}}},
         "baseline": {"dev": {"metrics": {"accuracy": 0.5}}},
-    }  # fmt: skip
+    }
     (run / "result.json").write_text(json.dumps(result), encoding="utf-8")
     tables.main([str(tmp_path / "runs"), "--style", "heads", "-o", str(tmp_path / "out")])
     assert "75.0 (n=1)" in (tmp_path / "out" / "heads.md").read_text(encoding="utf-8")
@@ -203,12 +309,25 @@ def test_references_load_and_validate(tmp_path):
     refs = load_references()
     t7 = refs[(refs["task"] == "conll2003") & (refs["split"] == "dev")]
     assert dict(zip(t7["setting"], t7["value"], strict=True)) == {
-        "finetune": 96.4, "embeddings": 91.0, "second_to_last": 95.6, "last": 94.9,
-        "sum_last4": 95.9, "concat_last4": 96.1, "sum_all": 95.5,
-    }  # fmt: skip
+        "finetune": 96.4,
+        "embeddings": 91.0,
+        "second_to_last": 95.6,
+        "last": 94.9,
+        "sum_last4": 95.9,
+        "concat_last4": 96.1,
+        "sum_all": 95.5,
+    }
     glue = refs[refs["encoder"] == "roberta_base"].set_index("task")["value"].to_dict()
-    assert glue == {"mnli": 87.6, "qnli": 92.8, "qqp": 91.9, "rte": 78.7, "sst2": 94.8,
-                    "mrpc": 90.2, "cola": 63.6, "stsb": 91.2}  # fmt: skip
+    assert glue == {
+        "mnli": 87.6,
+        "qnli": 92.8,
+        "qqp": 91.9,
+        "rte": 78.7,
+        "sst2": 94.8,
+        "mrpc": 90.2,
+        "cola": 63.6,
+        "stsb": 91.2,
+    }
     assert (refs["source"] != "").all() and refs["url"].str.startswith("https://").all()
     assert len(lookup(refs, "roberta_base", "mrpc", "finetune")) == 1
     bad = refs.copy()
