@@ -130,7 +130,7 @@ def test_missing_seed_is_named(tmp_path):
 @pytest.mark.parametrize("encoder", ["tiny_bert", "tiny_roberta"])
 def test_every_head_builds_for_a_token_task_with_logits_per_token(compose_cfg, encoder, head):
     cfg = compose_cfg(f"encoder={encoder}", f"head={head}", "task=conll2003", "seed=1")
-    assert cfg.head.pool is None  # conf/task_head/conll2003_<head>.yaml
+    assert cfg.head.pool is None  # a token task pools nothing (hb.by_task_kind)
     module = build(cfg)
     tok = load_tokenizer(OmegaConf.to_container(cfg.encoder))
     batch = dict(tok(["a short one", "and a somewhat longer sentence here"], padding=True,

@@ -122,32 +122,41 @@ def test_a_sequence_only_option_fails_the_cell_naming_the_key(compose_cfg, small
     assert result["status"] == "failed" and "head.init='pretrained'" in result["reason"]
 
 
-@pytest.mark.parametrize(
-    "form", ["experiment=bert_table7", "experiment=bert_table7 hydra.mode=RUN"]
-)
-def test_bert_table7_composes_the_papers_rows(compose_cfg, form):
+def _table7_cells(*overrides: str) -> dict[str, tuple]:
+    """The cells the bert_table7 preset expands to (as the sweeper and --dry-run do)."""
+    from hydra import compose
+
+    from bench.run.plan import hydra_context, plan
+
+    planned = plan(CONF, ["experiment=bert_table7", *overrides], multirun=True)
     cells = {}
-    for row in ROWS:
-        cfg = compose_cfg(*form.split(), f"table7={row}", "seed=1")
-        assert cfg.task.name == "conll2003" and cfg.sweep_name == "bert_table7"
-        cells[row] = (cfg.head.name, cfg.head.label, cfg.head.layers, cfg.freeze.name)
-        if row != "finetune":
-            assert cfg.head.lstm_layers == 2 and cfg.head.lstm_hidden == 768
-    assert cells["finetune"] == ("linear", "linear", "last", "full")
+    with hydra_context(CONF):
+        for job in planned:
+            cfg = compose("config", overrides=list(job.overrides))
+            assert cfg.task.name == "conll2003" and cfg.sweep_name == "bert_table7"
+            row = "finetune" if cfg.freeze.name == "full" else cfg.head.layers
+            head = cfg.head
+            cells[row] = (head.name, head.label, head.layers, cfg.freeze.name,
+                          head.get("lstm_layers"), head.get("lstm_hidden"), cfg.seed)  # fmt: skip
+    return cells
+
+
+def test_bert_table7_composes_the_papers_rows():
+    cells = _table7_cells("hydra.sweeper.params.seed=1")
+    assert list(cells) == ROWS
+    assert cells["finetune"] == ("linear", "linear", "last", "full", None, None, 1)
     for row in ROWS[1:]:
-        assert cells[row] == ("bilstm", f"bilstm-{row}", row, "frozen")
+        assert cells[row] == ("bilstm", f"bilstm-{row}", row, "frozen", 2, 768, 1)
     assert len({(c[1], c[3]) for c in cells.values()}) == 7  # distinct run directories
 
 
 def test_bert_table7_sweeps_rows_and_seeds():
-    from hydra import compose, initialize_config_dir
+    from bench.run.plan import plan
 
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", ["experiment=bert_table7"], return_hydra_config=True)
-    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
-    params = cfg.hydra.sweeper.params
-    assert params.table7.split(",") == ROWS
-    assert params.seed == "1,2,3"
+    planned = plan(CONF, ["experiment=bert_table7"], multirun=True)
+    assert len(planned) == 7 * 3
+    # a command-line value narrows every grid
+    assert len(plan(CONF, ["experiment=bert_table7", "seed=2"], multirun=True)) == 7
 
 
 def test_bert_table7_multirun_from_the_command_line(small_conll, tmp_path):
@@ -178,7 +187,8 @@ def test_minilm_frozen_concat_last4_bilstm_learns_entities(compose_cfg, data_dir
     """The issue's real run: MiniLM, frozen, concat_last4 into the 2-layer BiLSTM, 2,000
     training sentences, one epoch. Measured on 2 shared CPU cores (one torch thread):
     224 s, dev F1 0.771, test F1 0.745 (strict IOB2)."""
-    cfg = compose_cfg("experiment=bert_table7", "table7=concat_last4", "hydra.mode=RUN",
+    cfg = compose_cfg("experiment=bert_table7", "head=bilstm", "freeze=frozen",
+                      "head.layers=concat_last4", "hydra.mode=RUN",
                       "encoder=minilm", "seed=1", "data.train_size=2000", "trainer.max_epochs=1",
                       f"data.dir={data_dir}")  # fmt: skip
     result = run(cfg, tmp_path)

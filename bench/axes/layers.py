@@ -111,3 +111,27 @@ def normalise_layers(layers: int | Sequence[int], num_layers: int) -> list[int]:
             )
         out.append(index % (num_layers + 1))
     return out
+
+
+_LAST4 = (-4, -3, -2, -1)
+
+
+def describe_selection(layers: LayerSpec, combine: str) -> str:
+    """A layer selection as a label suffix: ``L3``, ``last4_mean``, or its name.
+
+    Args:
+        layers: A name, one index or a list of indices (as configured).
+        combine: The configured combine (it matters only for several layers).
+
+    Returns:
+        The name of a named choice; ``L<i>`` for one layer; ``last4_<combine>`` for the last
+        four; otherwise the indices joined by ``+`` and the combine (``L0+6_concat``).
+    """
+    if isinstance(layers, str):
+        return layers
+    items = [layers] if isinstance(layers, int) else list(layers)
+    if len(items) == 1:
+        return f"L{items[0]}"
+    if tuple(items) == _LAST4:
+        return f"last4_{combine}"
+    return "L" + "+".join(str(i) for i in items) + f"_{combine}"

@@ -32,7 +32,9 @@ def load_references(path: str | Path | None = None) -> pd.DataFrame:
             are not numbers in [0, 100], unknown metrics, or duplicate keys.
     """
     if path is None:
-        with resources.files("bench.results").joinpath("references.csv").open(encoding="utf-8") as fh:
+        with (
+            resources.files("bench.results").joinpath("references.csv").open(encoding="utf-8") as fh
+        ):
             refs = pd.read_csv(fh, dtype=str, keep_default_na=False)
     else:
         refs = pd.read_csv(path, dtype=str, keep_default_na=False)

@@ -1,7 +1,7 @@
 """Dry run: list a sweep's cells as done, failed, diverged, stale, corrupt or pending.
 
 ``python -m bench -m experiment=cpu_heads --dry-run`` expands the sweep exactly as
-Hydra's basic sweeper does (the experiment's ``hydra.sweeper.params`` plus the command
+the sweeper does (the experiment's ``hydra.sweeper.params`` plus the command
 line, the command line winning per key), composes every cell's config and reads its
 run directory. Nothing is written and nothing is trained.
 """
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
@@ -23,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.cell import cell_path, config_hash
 from bench.run.resume import CellState, cell_state, running_elsewhere, should_run
+from bench.run.sweep import expand
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,16 @@ class PlannedCell:
 def _job_overrides(cfg: DictConfig, overrides: list[str], multirun: bool) -> list[list[str]]:
     if not multirun:
         return [overrides]
-    node = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(node, resolve=False) if node else {}
-    assert isinstance(params, dict)
-    arguments = [f"{k}={v}" for k, v in params.items()] + overrides
+    sweeper = cfg.hydra.sweeper
+    params = sweeper.get("params")
+    grids = sweeper.get("grids")
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    return BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)[0]
+    return expand(
+        parser,
+        OmegaConf.to_container(params, resolve=False) if params else None,  # type: ignore[arg-type]
+        OmegaConf.to_container(grids, resolve=False) if grids else None,  # type: ignore[arg-type]
+        overrides,
+    )
 
 
 def _run_dir(cfg: DictConfig, multirun: bool) -> Path:

@@ -1,0 +1,63 @@
+"""OmegaConf resolvers that derive labels and task-dependent defaults in ``conf/``.
+
+- ``${hb.head_label:name,layers,combine[,variant]}``: :func:`bench.axes.heads.head_label`
+  (``linear``, ``pooler-random``, ``linear-L3``, ``bilstm-concat_last4``);
+- ``${hb.freeze_label:name[,k]}``: :func:`bench.axes.freezing.freeze_label` (``top2``);
+- ``${hb.by_task_kind:task,sequence_value,token_value}``: one value for sequence tasks
+  (GLUE) and another for token tasks (CoNLL-2003), e.g. a head's ``pool`` (a token head
+  classifies every token, so nothing is pooled).
+
+:func:`register` runs when :mod:`bench.axes` is imported; it is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from bench.axes.freezing import freeze_label
+from bench.axes.heads import head_label
+from bench.data.tasks import ALL_TASKS, get_task
+from bench.errors import ConfigError
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _head_label(name: str, layers: Any, combine: str, variant: str | None = None) -> str:
+    return head_label(name, _plain(layers), combine, variant)
+
+
+def _freeze_label(name: str, k: int | None = None) -> str:
+    return freeze_label(name, k)
+
+
+def by_task_kind(task: str, sequence_value: Any, token_value: Any) -> Any:
+    """``sequence_value`` for a sequence task, ``token_value`` for a token task.
+
+    Raises:
+        ConfigError: For an unknown task, listing the valid ones.
+    """
+    try:
+        kind = get_task(task).kind
+    except KeyError:
+        raise ConfigError(
+            f"task.name={task!r}: unknown task; valid choices: {', '.join(sorted(ALL_TASKS))}"
+        ) from None
+    return _plain(token_value if kind == "token" else sequence_value)
+
+
+RESOLVERS = {
+    "hb.head_label": _head_label,
+    "hb.freeze_label": _freeze_label,
+    "hb.by_task_kind": by_task_kind,
+}
+
+
+def register() -> None:
+    """Register the resolvers with OmegaConf (once per process)."""
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)

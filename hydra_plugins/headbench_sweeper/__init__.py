@@ -1,0 +1,1 @@
+"""headbench's Hydra sweeper plugin: ``hydra/sweeper=grid`` (see :mod:`bench.run.sweep`)."""
