@@ -1,0 +1,65 @@
+"""The union-of-grids sweeper: its expansion, checked against Hydra's own basic sweeper."""
+
+from __future__ import annotations
+
+import pytest
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from bench.errors import ConfigError
+from bench.paths import config_dir
+from bench.run.plan import plan
+from bench.run.sweep import expand
+
+PARSER = OverridesParser.create()
+
+
+def _basic(lines: list[str]) -> list[list[str]]:
+    """Hydra's basic sweeper (the independent implementation) on the same lines."""
+    return BasicSweeper.split_arguments(PARSER.parse_overrides(lines), None)[0]
+
+
+@pytest.mark.parametrize(
+    "params, arguments",
+    [
+        ({"seed": "1,2,3", "head": "linear,bilstm"}, []),
+        ({"seed": "1,2"}, ["seed=5", "freeze=frozen,full"]),  # the command line wins per key
+        ({"seed": "range(1,4)", "head.layers": "[0],[1]"}, ["+trainer.limit_val_batches=2"]),
+        ({}, ["task=sst2,rte"]),
+    ],
+)
+def test_without_grids_it_is_the_basic_sweepers_product(params, arguments):
+    lines = [f"{k}={v}" for k, v in params.items()] + arguments
+    assert expand(PARSER, params, None, arguments) == _basic(lines)
+
+
+def test_grids_are_a_union_of_products_each_with_the_shared_params():
+    grids = [
+        {"head": "linear", "freeze": "full", "head.layers": "last"},
+        {"head": "bilstm", "freeze": "frozen", "head.layers": "embeddings,last"},
+    ]
+    jobs = expand(PARSER, {"seed": "1,2"}, grids, [])
+    expected = _basic(["seed=1,2", "head=linear", "freeze=full", "head.layers=last"]) + _basic(
+        ["seed=1,2", "head=bilstm", "freeze=frozen", "head.layers=embeddings,last"]
+    )
+    assert jobs == expected and len(jobs) == 2 + 4
+
+
+def test_the_command_line_narrows_every_grid_and_duplicates_are_dropped():
+    grids = [{"head.combine": "concat"}, {"head.combine": "concat,mean"}]
+    jobs = expand(PARSER, {"seed": "1,2,3"}, grids, ["seed=2"])
+    assert jobs == [["seed=2", "head.combine=concat"], ["seed=2", "head.combine=mean"]]
+
+
+def test_an_interval_sweep_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="interval"):
+        expand(PARSER, {"optim.head_lr": "interval(0.1,1.0)"}, None, [])
+
+
+def test_a_preset_with_grids_expands_in_the_dry_run_as_in_a_launch():
+    cells = plan(config_dir(), ["experiment=layers_sst2"], multirun=True)
+    labels = {str(cell.run_dir).split("/")[-3] for cell in cells}
+    assert len(cells) == (7 + 3) * 2 * 3
+    assert labels == {f"linear-L{i}" for i in range(7)} | {
+        f"linear-last4_{c}" for c in ("concat", "mean", "max")
+    }
