@@ -46,6 +46,7 @@ def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     from bench.cell import config_hash
+    from bench.run.logs import route_lightning_logs
     from bench.run.resume import (
         RUNNING,
         CellState,
@@ -65,6 +66,7 @@ def _hydra_main(cfg: DictConfig) -> None:
             _report_skip(hydra_cfg, run_dir, state)
             return
         clear_run_outputs(run_dir)
+        route_lightning_logs()
         result = run(cfg, run_dir)
     status = result["status"]
     print(f"{status}: {run_dir}/result.json")
