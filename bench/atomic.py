@@ -19,7 +19,9 @@ def _read_umask() -> int:
 FILE_MODE = 0o666 & ~_read_umask()  # read once, at import: os.umask is process-wide
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[Any]], None], binary: bool = False) -> Path:
+def atomic_write(
+    path: str | Path, write: Callable[[IO[Any]], object], binary: bool = False
+) -> Path:
     """Write a file atomically: write a temp file beside it, fsync, then rename.
 
     Args:
@@ -35,8 +37,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[Any]], None], binary: boo
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; give the usual file mode
-        text = {} if binary else {"encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, "wb" if binary else "w", **text) as handle:
+        handle: IO[Any] = (
+            os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
+        )
+        with handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())

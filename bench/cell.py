@@ -89,7 +89,7 @@ def cell_path(cfg: DictConfig) -> str:
 
 def config_hash(cfg: DictConfig) -> str:
     """Content hash of everything that changes a cell's numbers."""
-    hashed = {}
+    hashed: dict[str, Any] = {}
     for key in _HASHED_KEYS:  # only these are resolved: the `hydra` node may need a live run
         value = cfg.get(key)
         hashed[key] = (

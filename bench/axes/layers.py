@@ -60,9 +60,8 @@ def resolve_layers(layers: LayerSpec, combine: str, num_layers: int) -> tuple[li
                 f"head.layers={layers} sets combine={named_combine}, "
                 f"but head.combine={combine!r}; drop head.combine or give indices"
             )
-        if indices == "all":
-            indices = list(range(1, num_layers + 1))
-        return normalise_layers(indices, num_layers), named_combine
+        chosen = list(range(1, num_layers + 1)) if isinstance(indices, str) else list(indices)
+        return normalise_layers(chosen, num_layers), named_combine
     return normalise_layers(layers, num_layers), combine
 
 

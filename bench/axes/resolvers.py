@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -49,7 +50,7 @@ def by_task_kind(task: str, sequence_value: Any, token_value: Any) -> Any:
     return _plain(token_value if kind == "token" else sequence_value)
 
 
-RESOLVERS = {
+RESOLVERS: dict[str, Callable[..., Any]] = {
     "hb.head_label": _head_label,
     "hb.freeze_label": _freeze_label,
     "hb.by_task_kind": by_task_kind,

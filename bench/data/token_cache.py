@@ -64,7 +64,7 @@ def save_encoded(path: Path, encoded: Any) -> None:
                    if f.name != "examples"},
     }  # fmt: skip
     arrays["meta"] = np.array(json.dumps(meta))
-    atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)
+    atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)  # type: ignore[arg-type]
 
 
 def load_encoded(path: Path, cls: type[E]) -> E | None:

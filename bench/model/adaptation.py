@@ -239,7 +239,7 @@ class ReinitTop(Adaptation):
                     tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
                     for obj in (module, *tensors):
                         if getattr(obj, "_is_hf_initialized", False):
-                            obj._is_hf_initialized = False
+                            setattr(obj, "_is_hf_initialized", False)  # noqa: B010
                     init(module)
         self.record["reinit_layers"] = list(range(len(layers) - k + 1, len(layers) + 1))
         report = apply_freezing(self.encoder, "full")
@@ -326,8 +326,12 @@ class Lora(Adaptation):
             )
         rank, alpha = int(self.cfg.get("rank", 8)), float(self.cfg.get("alpha", 16))
         dropout = float(self.cfg.get("dropout", 0.0))
-        config = LoraConfig(
-            r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none"
+        config = LoraConfig(  # lora_alpha is annotated int; peft uses it as a float scale
+            r=rank,
+            lora_alpha=alpha,  # type: ignore[arg-type]
+            lora_dropout=dropout,
+            target_modules=targets,
+            bias="none",
         )
         emb = embedding_module(self.encoder)
         self.encoder = get_peft_model(self.encoder, config)  # freezes all but the adapters
@@ -463,7 +467,7 @@ class LinearProbeFineTune(Phased):
         def encoder(step: int) -> float:
             return 0.0 if step < switch else tune(step - switch)
 
-        lambdas = [
+        lambdas: list[Callable[[int], float]] = [
             head if g["name"].startswith("head") else encoder for g in optimizer.param_groups
         ]
         self.record.update(probe_steps=switch, finetune_steps=total - switch)
@@ -537,7 +541,7 @@ class StageCallback(L.Callback):
         self.adaptation = adaptation
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        entry = {
+        entry: dict[str, Any] = {
             "epoch": trainer.current_epoch,
             "step": trainer.global_step,
             "stage": self.adaptation.stage,

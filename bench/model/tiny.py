@@ -17,15 +17,19 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from bench.errors import EncoderError
 from bench.paths import cache_root
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
+
 RECIPE_VERSION = 2  # 2: corpus read from source files (was live objects)
 VOCAB_SIZE = 2000
-ARCH = {
+ARCH: dict[str, Any] = {
     "hidden_size": 32,
     "num_hidden_layers": 4,
     "num_attention_heads": 4,
@@ -68,7 +72,7 @@ def corpus_lines() -> list[str]:
     return lines
 
 
-def _train_wordpiece(lines: list[str]) -> object:
+def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from tokenizers.trainers import WordPieceTrainer
     from transformers import PreTrainedTokenizerFast
@@ -97,7 +101,7 @@ def _train_wordpiece(lines: list[str]) -> object:
     )
 
 
-def _train_bytelevel_bpe(lines: list[str]) -> object:
+def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from tokenizers.trainers import BpeTrainer
     from transformers import PreTrainedTokenizerFast
@@ -112,8 +116,10 @@ def _train_bytelevel_bpe(lines: list[str]) -> object:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(lines, trainer)
+    sep, cls = tok.token_to_id("</s>"), tok.token_to_id("<s>")
+    assert sep is not None and cls is not None, "the trainer adds the special tokens"
     tok.post_processor = processors.RobertaProcessing(
-        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")), trim_offsets=True
+        ("</s>", sep), ("<s>", cls), trim_offsets=True
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -132,6 +138,8 @@ def _train_bytelevel_bpe(lines: list[str]) -> object:
 def _build(family: str, lines: list[str], out: Path) -> None:
     from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
+    config: PretrainedConfig
+    model_cls: type[PreTrainedModel]
     if family == "bert":
         tokenizer = _train_wordpiece(lines)
         config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **ARCH)
@@ -149,7 +157,7 @@ def _build(family: str, lines: list[str], out: Path) -> None:
         )
         model_cls = RobertaModel
     torch.manual_seed(0)
-    model = model_cls(config)
+    model = model_cls(config)  # type: ignore[arg-type]  # the config matches model_cls
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "headbench_tiny.json").write_text(

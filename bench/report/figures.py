@@ -53,7 +53,12 @@ def _head_legend(
     handles: list = [Patch(color=palette.colour(h), label=h) for h in heads]
     handles += [
         Line2D(
-            [], [], color="#444", marker=palette.marker(f), linestyle=palette.linestyle(f), label=f
+            [],
+            [],
+            color="#444",
+            marker=palette.marker(f),
+            linestyle=palette.linestyle(f),  # type: ignore[arg-type]  # a style string
+            label=f,
         )
         for f in freezes
     ]

@@ -108,7 +108,7 @@ def provenance_section(ctx: ReportContext) -> Section:
         parts.append(
             table(["Git commit", "Dirty", "Cells"], code, caption="Code version.", numeric=[2])
         )
-        versions = Counter()
+        versions: Counter[tuple[str, str]] = Counter()
         for c in cells:
             for lib, version in (c.get("versions") or {}).items():
                 versions[(lib, str(version))] += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -12,12 +14,15 @@ from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.references import lookup
 from bench.results.render import html_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 from bench.results.tables import GLUE_COLUMNS, TABLE7_ROWS, TABLE7_TASK, build
 
 GLUE_TASKS = {task for task, _, _ in GLUE_COLUMNS}
 
 
-def _figure_or_note(fig: object, alt: str, caption: str) -> str:
+def _figure_or_note(fig: Figure | None, alt: str, caption: str) -> str:
     if fig is None:
         return paragraph("Nothing to plot for this source.", "note")
     return figure(svg_data_uri(fig), alt, caption)

@@ -116,7 +116,7 @@ def seeds_text(counts: Iterable[int]) -> str:
 
 def new_figure(width: float, height: float) -> Figure:
     """A figure with the report's style (width and height in inches)."""
-    plt.rcParams.update(STYLE)  # the report owns matplotlib's state in its process
+    plt.rcParams.update(STYLE)  # type: ignore[arg-type]  # matplotlib types keys as literals  # the report owns matplotlib's state in its process
     return plt.figure(figsize=(width, height), layout="constrained")
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -514,7 +515,11 @@ def write(doc: Document, out_dir: str | Path, style: str) -> list[Path]:
     paths = []
     for ext, render in RENDERERS.items():
         text = render(doc)
-        paths.append(atomic_write(Path(out_dir) / f"{style}.{ext}", lambda fh, s=text: fh.write(s)))
+
+        def write(handle: IO[Any], text: str = text) -> None:
+            handle.write(text)
+
+        paths.append(atomic_write(Path(out_dir) / f"{style}.{ext}", write))
     return paths
 
 

@@ -64,7 +64,7 @@ def drop_output_capturing_hooks(module: nn.Module) -> int:
                 del sub._forward_hooks[handle_id]
                 removed += 1
         if getattr(sub, "_output_capturing_hooks_installed", False):
-            sub._output_capturing_hooks_installed = False
+            setattr(sub, "_output_capturing_hooks_installed", False)  # noqa: B010
     return removed
 
 
@@ -87,10 +87,11 @@ class _RecordLauncher(_MultiProcessingLauncher):
         sentence's predicted tags) is megabytes.
         """
         extra = super().get_extra_results(trainer)
-        module = trainer.lightning_module
+        module: Any = trainer.lightning_module
+        callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
         payload = {
             _RECORD: module.run_record() if hasattr(module, "run_record") else None,
-            _CALLBACKS: {cb.state_key: s for cb in trainer.callbacks if (s := cb.state_dict())},
+            _CALLBACKS: {cb.state_key: s for cb in callbacks if (s := cb.state_dict())},
         }
         fd, path = tempfile.mkstemp(prefix="headbench-ddp-", suffix=".pkl")
         with os.fdopen(fd, "wb") as handle:
@@ -109,11 +110,12 @@ class _RecordLauncher(_MultiProcessingLauncher):
                 payload = pickle.load(handle)  # written by our own rank 0 just now
         finally:
             os.unlink(path)
-        module = trainer.lightning_module
+        module: Any = trainer.lightning_module
         if payload[_RECORD] is not None and hasattr(module, "restore_run_record"):
             module.restore_run_record(payload[_RECORD])
         states = payload[_CALLBACKS]
-        for cb in trainer.callbacks:
+        callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
+        for cb in callbacks:
             if cb.state_key in states:
                 cb.load_state_dict(states[cb.state_key])
 
@@ -134,7 +136,7 @@ class SpawnDDPStrategy(DDPStrategy):
         super().__init__(start_method="spawn", **kwargs)
 
     def _configure_launcher(self) -> None:
-        self._launcher = _RecordLauncher(self, start_method=self._start_method)
+        self._launcher = _RecordLauncher(self, start_method="spawn")  # __init__ sets spawn
 
 
 def trainer_strategy(trainer_kwargs: dict[str, Any]) -> dict[str, Any]:

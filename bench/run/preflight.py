@@ -47,8 +47,13 @@ _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved 
 
 
 def _type_names(types: tuple[type | None, ...]) -> str:
-    names = {int: "an integer", float: "a number", bool: "true or false", None: "null"}
-    return " or ".join(names.get(t, getattr(t, "__name__", str(t))) for t in types)
+    names: dict[type | None, str] = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        None: "null",
+    }
+    return " or ".join(names.get(t) or str(getattr(t, "__name__", t)) for t in types)
 
 
 def check_types(cfg: DictConfig) -> None:

@@ -102,7 +102,7 @@ class TrainLoopTimer(L.Callback):
                 setattr(self, key, state_dict[key])
         self.counts.update({k: state_dict[k] for k in BATCH_COUNTS if k in state_dict})
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, float | int | None]:
         """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
         return {
             "train_loop_s": self.seconds,

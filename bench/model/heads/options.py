@@ -18,7 +18,7 @@ def valid_options(cls: type, base: type, internal: frozenset[str] = frozenset())
     """Options a preset accepts: its own and its base's arguments, minus fixed and internal ones."""
     names: set[str] = set()
     for klass in (cls, base):
-        names |= set(inspect.signature(klass.__init__).parameters)
+        names |= set(inspect.signature(klass).parameters)
     return sorted(names - _SIZE_ARGS - internal - getattr(cls, "fixed_options", frozenset()))
 
 
