@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from bench.axes.freezing import STRATEGIES
 from bench.axes.layers import describe_layers
 
 #: The file each cell writes, atomically, into its run directory.
@@ -57,7 +58,7 @@ _HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused":
 # bench.perf; BiLSTM training amplifies even the float32 differences of cached vs uncached),
 # so those two keys are hashed for these cells when they differ from the defaults. Where the
 # cache lives, and which extra layers a pass stores, change nothing.
-_CACHE_READERS = ("frozen", "top_k")
+_CACHE_READERS = tuple(name for name, s in STRATEGIES.items() if s.reads_cache)
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:

@@ -285,7 +285,8 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
 def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tmp_path):
     body = (
         "import torch\n"
-        "from bench.cache.features import FeatureKey, FeatureStore, FlatStates\n"
+        "from bench.cache.keys import FeatureKey\n"
+        "from bench.cache.store import FeatureStore, FlatStates\n"
         "key = FeatureKey('enc', 'w', 't', 'sst2', 'train', 2, 0, 16, 'in', (4,), 'float32')\n"
         f"store = FeatureStore({str(tmp_path / 'cache')!r})\n"
         "store.save(key, FlatStates(torch.ones(3, 1, 4), torch.tensor([[0, 1], [1, 2]])))\n"
@@ -293,7 +294,8 @@ def test_a_cache_writer_killed_before_publishing_leaves_no_entry_that_is_read(tm
     _run_killed_at_rename(body, tmp_path)
     import torch
 
-    from bench.cache.features import FeatureKey, FeatureStore, FlatStates
+    from bench.cache.keys import FeatureKey
+    from bench.cache.store import FeatureStore, FlatStates
 
     key = FeatureKey("enc", "w", "t", "sst2", "train", 2, 0, 16, "in", (4,), "float32")
     store = FeatureStore(tmp_path / "cache")

@@ -11,7 +11,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from bench.cache.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates, attach_cache
+from bench.cache.keys import FeatureKey
+from bench.cache.serve import StatesCollate, serve_features
+from bench.cache.store import BUILD_LOG, FeatureStore, FlatStates
 from bench.cell import config_hash
 from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
@@ -46,6 +48,28 @@ def _cell(data_dir, head="linear", freeze="frozen", k=None, max_length=32, train
     return module, dm
 
 
+def _serve(module, dm, cfg):
+    """What the run does: ask the cache, then hand its splits and plan over."""
+    served = serve_features(module, dm, cfg)
+    if served.plan is not None:
+        dm.use_splits(served.splits, StatesCollate)
+        module.use_cached_states(served.plan)
+    return served.record
+
+
+def test_serving_changes_neither_module_nor_datamodule(data_dir, tmp_path):
+    module, dm = _cell(data_dir)
+    train, dev = dm.train, dict(dm.dev)
+    served = serve_features(module, dm, {"dir": tmp_path})
+    assert module.feature_plan is None and dm.train is train and dm.dev == dev
+    assert "cached_states" not in _first_batch(dm)
+    assert set(served.splits) == {"train", "dev"} and served.record["misses"] == ["train", "dev"]
+    dm.use_splits(served.splits, StatesCollate)
+    assert _first_batch(dm)["cached_states"].shape[2] == len(served.plan.layers)
+    with pytest.raises(ValueError, match="unknown splits"):
+        dm.use_splits({"test": served.splits["dev"]}, StatesCollate)
+
+
 def _first_batch(dm):
     return next(iter(dm.val_dataloader()[0]))
 
@@ -59,7 +83,7 @@ def test_cached_frozen_cell_gives_the_encoder_paths_logits(data_dir, tmp_path, h
     module.eval()
     with torch.no_grad():
         uncached = module(_first_batch(dm))
-    info = attach_cache(module, dm, {"dir": tmp_path, "dtype": dtype})
+    info = _serve(module, dm, {"dir": tmp_path, "dtype": dtype})
     assert info["misses"] == ["train", "dev"] and info["dtype"] == dtype
     batch = _first_batch(dm)
     assert "cached_states" in batch
@@ -77,7 +101,7 @@ def test_partial_cache_runs_only_the_top_layers_with_the_same_logits(data_dir, t
     module.eval()  # no dropout in the trainable top layers, so both paths are deterministic
     with torch.no_grad():
         uncached = module(_first_batch(dm))
-    info = attach_cache(module, dm, {"dir": tmp_path})
+    info = _serve(module, dm, {"dir": tmp_path})
     assert info["top_from"] == 2 and info["layers"] == [1, 2] and info["dtype"] == "float32"
     layers = module.encoder.encoder.layer
     calls = []
@@ -96,7 +120,7 @@ def test_partial_cache_runs_only_the_top_layers_with_the_same_logits(data_dir, t
 def _misses(data_dir, root, store="head", **kwargs):
     module, dm = _cell(data_dir, **kwargs)
     cfg = {"dir": root, "dtype": "float16", "store_layers": store}
-    return attach_cache(module, dm, cfg)["misses"]
+    return _serve(module, dm, cfg)["misses"]
 
 
 def test_a_changed_key_misses_the_cache(data_dir, tmp_path):
@@ -112,22 +136,22 @@ def test_a_changed_key_misses_the_cache(data_dir, tmp_path):
 
 def test_other_encoder_weights_miss_the_cache(data_dir, tmp_path):
     module, dm = _cell(data_dir)
-    attach_cache(module, dm, {"dir": tmp_path})
+    _serve(module, dm, {"dir": tmp_path})
     module, dm = _cell(data_dir)
     with torch.no_grad():
         module.encoder.encoder.layer[0].output.dense.bias.add_(1e-3)
-    assert attach_cache(module, dm, {"dir": tmp_path})["misses"] == ["train", "dev"]
+    assert _serve(module, dm, {"dir": tmp_path})["misses"] == ["train", "dev"]
 
 
 def test_a_truncated_cache_file_is_rebuilt_not_read(data_dir, tmp_path):
     module, dm = _cell(data_dir)
-    attach_cache(module, dm, {"dir": tmp_path, "dtype": "float32"})
+    _serve(module, dm, {"dir": tmp_path, "dtype": "float32"})
     reference = _first_batch(dm)["cached_states"]
     (entry,) = tmp_path.rglob("dev-L4-*.safetensors")  # the layer the linear head reads
     data = entry.read_bytes()
     entry.write_bytes(data[: len(data) // 2])
     module, dm = _cell(data_dir)
-    info = attach_cache(module, dm, {"dir": tmp_path, "dtype": "float32"})
+    info = _serve(module, dm, {"dir": tmp_path, "dtype": "float32"})
     assert info["misses"] == ["dev"] and info["hits"] == ["train"]
     assert entry.stat().st_size == len(data)
     torch.testing.assert_close(_first_batch(dm)["cached_states"], reference)
@@ -140,7 +164,7 @@ def _layer_files(root, split):
 def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tmp_path):
     """``store_layers=auto``: the first cell's pass stores all 5 hidden states of tiny_bert."""
     module, dm = _cell(data_dir, head="linear")
-    info = attach_cache(module, dm, {"dir": tmp_path})
+    info = _serve(module, dm, {"dir": tmp_path})
     assert info["misses"] == ["train", "dev"] and info["stored"] == [0, 1, 2, 3, 4]
     assert _layer_files(tmp_path, "train") == _layer_files(tmp_path, "dev") == [0, 1, 2, 3, 4]
     log = tmp_path / "features" / BUILD_LOG
@@ -153,7 +177,7 @@ def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tm
         module.eval()
         with torch.no_grad():
             uncached = module(_first_batch(dm))
-        info = attach_cache(module, dm, {"dir": tmp_path})
+        info = _serve(module, dm, {"dir": tmp_path})
         assert info["misses"] == [] and info["stored"] == [], (head, freeze)
         with torch.no_grad():
             torch.testing.assert_close(module(_first_batch(dm)), uncached, atol=1e-5, rtol=0)
@@ -164,26 +188,26 @@ def test_store_layers_choices_and_the_auto_size_limit(data_dir, tmp_path):
     from bench.errors import ConfigError
 
     module, dm = _cell(data_dir, head="linear")
-    info = attach_cache(module, dm, {"dir": tmp_path / "a", "auto_max_gb": 1e-6})
+    info = _serve(module, dm, {"dir": tmp_path / "a", "auto_max_gb": 1e-6})
     assert info["stored"] == [4]  # over the limit: only the head's layer
     module, dm = _cell(data_dir, head="linear")
-    info = attach_cache(module, dm, {"dir": tmp_path / "b", "store_layers": [-2, 0]})
+    info = _serve(module, dm, {"dir": tmp_path / "b", "store_layers": [-2, 0]})
     assert info["stored"] == [0, 3, 4] and _layer_files(tmp_path / "b", "dev") == [0, 3, 4]
     module, dm = _cell(data_dir, head="last4_concat")  # needs 1-4; 3 and 4 are on disk
-    info = attach_cache(module, dm, {"dir": tmp_path / "b", "store_layers": "head"})
+    info = _serve(module, dm, {"dir": tmp_path / "b", "store_layers": "head"})
     assert info["misses"] == ["train", "dev"] and info["stored"] == [1, 2]
     for bad, match in [("some", r"cache.store_layers='some'; valid choices: auto, head, all"),
                        ([9], r"cache.store_layers: head.layers contains 9")]:  # fmt: skip
         module, dm = _cell(data_dir)
         with pytest.raises(ConfigError, match=match):
-            attach_cache(module, dm, {"dir": tmp_path / "c", "store_layers": bad})
+            _serve(module, dm, {"dir": tmp_path / "c", "store_layers": bad})
 
 
 def test_disabled_cache_and_other_strategies_keep_the_encoder_path(data_dir, tmp_path):
     module, dm = _cell(data_dir)
-    assert attach_cache(module, dm, {"dir": tmp_path, "enabled": False}) == {"enabled": False}
+    assert _serve(module, dm, {"dir": tmp_path, "enabled": False}) == {"enabled": False}
     module, dm = _cell(data_dir, freeze="full")
-    assert attach_cache(module, dm, {"dir": tmp_path})["enabled"] is False
+    assert _serve(module, dm, {"dir": tmp_path})["enabled"] is False
     assert "cached_states" not in _first_batch(dm) and not list(tmp_path.rglob("*.safetensors"))
 
 
@@ -191,7 +215,8 @@ _WORKER = textwrap.dedent(
     """
     import sys, time, torch
     sys.path.insert(0, {root!r})
-    from bench.cache.features import BUILD_LOG, FeatureKey, FeatureStore, FlatStates
+    from bench.cache.keys import FeatureKey
+    from bench.cache.store import BUILD_LOG, FeatureStore, FlatStates
     key = FeatureKey("enc", "w", "t", "sst2", "train", 3, 0, 16, "in", (), "float16")
     def build(layers):
         with open({log!r}, "a") as handle:
@@ -289,7 +314,7 @@ def test_token_task_cells_read_cached_states_too(data_dir, tmp_path):
     module.eval()
     with torch.no_grad():
         uncached = module(_first_batch(dm))
-    info = attach_cache(module, dm, {"dir": tmp_path, "dtype": "float32"})
+    info = _serve(module, dm, {"dir": tmp_path, "dtype": "float32"})
     assert info["misses"] == ["train", *dm.dev_names]
     batch = _first_batch(dm)
     assert "word_pos" in batch and "cached_states" in batch
@@ -302,4 +327,4 @@ def test_an_unknown_cache_dtype_names_the_valid_ones(data_dir, tmp_path):
 
     module, dm = _cell(data_dir)
     with pytest.raises(ConfigError, match=r"cache.dtype='int8'; valid choices: float16, bfloat16"):
-        attach_cache(module, dm, {"dir": tmp_path, "dtype": "int8"})
+        _serve(module, dm, {"dir": tmp_path, "dtype": "int8"})

@@ -61,7 +61,9 @@ def test_top_k_larger_than_depth_is_a_clear_error():
 
 
 def test_unknown_strategy_lists_valid_choices():
-    with pytest.raises(ConfigError, match="valid choices: frozen, full, top_k, embeddings"):
+    with pytest.raises(
+        ConfigError, match="unknown freezing strategy; valid choices: frozen, bitfit, lora"
+    ):
         _module({"name": "half"})
 
 

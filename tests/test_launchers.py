@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.cache.features import BUILD_LOG
+from bench.cache.store import BUILD_LOG
 from bench.results.collect import read_history, read_table
 from bench.run.cli import LAUNCHER_PLUGINS, missing_launcher
 from conftest import ROOT

@@ -193,7 +193,7 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
     assert config_hash(compose_cfg("seed=1", "data.dir=/b", "data.num_workers=2")) == base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "runtime.malloc=default")) == base
     # The feature cache: hashed for cells that read it, only when not the defaults.
-    from bench.cache.features import DEFAULT_DTYPE
+    from bench.cache.keys import DEFAULT_DTYPE
     from bench.cell import CACHE_DEFAULTS
 
     assert CACHE_DEFAULTS["dtype"] == DEFAULT_DTYPE

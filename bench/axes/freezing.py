@@ -69,14 +69,14 @@ def validate(name: object) -> FreezeStrategy:
     return STRATEGIES[name]
 
 
-def check_k(name: str, k: object, num_layers: int, encoder: str) -> int:
+def check_k(name: str, k: object, num_layers: int, encoder: str = "") -> int:
     """Check ``freeze.k`` of a strategy that takes it against the encoder's depth.
 
     Args:
         name: The strategy.
         k: The configured value.
         num_layers: The encoder's number of transformer layers L.
-        encoder: The encoder's name, for the message.
+        encoder: The encoder's name, for the message ("" = this encoder).
 
     Returns:
         ``k``, checked.
@@ -85,8 +85,9 @@ def check_k(name: str, k: object, num_layers: int, encoder: str) -> int:
         ConfigError: If ``k`` is not an integer in 1..L.
     """
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= num_layers:
+        where = f"encoder {encoder!r}" if encoder else "this encoder"
         raise ConfigError(
-            f"freeze.k={k!r} for {name}; valid values for encoder {encoder!r}: 1..{num_layers}"
+            f"freeze.k={k!r} for {name}; valid values for {where} are 1..{num_layers}"
         )
     return k
 

@@ -6,18 +6,18 @@ be written per example. Padding is dynamic (per batch) and on the right.
 
 from __future__ import annotations
 
+import csv
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
-from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
+from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
 from bench.errors import ConfigError, DataError
@@ -25,6 +25,8 @@ from bench.errors import ConfigError, DataError
 log = logging.getLogger(__name__)
 
 Columns = dict[str, list[Any]]
+#: Pads a list of examples into a batch of tensors.
+Collate = Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
 
 
 def load_split(spec: TaskSpec, source: SplitSource, data_dir: str | Path | None) -> Columns:
@@ -141,11 +143,6 @@ def tokenize(
     return Encoded(examples, n_truncated)
 
 
-def pad_states(states: Sequence[Tensor]) -> Tensor:
-    """Pad per-example states (T_i, n, H) on the right into (B, T, n, H) float32."""
-    return pad_sequence(list(states), batch_first=True).float()
-
-
 class SplitLoaders(L.LightningDataModule):
     """What the data modules share: arguments, load → subset → tokenize once, the loaders.
 
@@ -198,6 +195,7 @@ class SplitLoaders(L.LightningDataModule):
         self.group_by_length = group_by_length
         self.token_cache_dir = token_cache_dir
         self.train: Any = None
+        self._batch: Collate = self._collate  # see use_splits
         self.dev: dict[str, Any] = {}
         self.train_labels: list[Any] = []
         self.dev_labels: dict[str, list[Any]] = {}
@@ -231,19 +229,45 @@ class SplitLoaders(L.LightningDataModule):
         return cached_encode(Path(self.token_cache_dir), self.spec.name, split, key,
                              self.encoded_type, lambda: self._encode(columns, where))  # fmt: skip
 
+    def describe(self) -> dict[str, Any]:
+        """Sizes and truncation counts per split for the result file."""
+        raise NotImplementedError
+
     def _keep_dev(self, name: str, columns: Columns) -> None:
         """Hook: keep more of an evaluation split than its labels."""
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _batch(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Collate examples; cached hidden states (``states``) are padded alongside."""
-        if not items or "states" not in items[0]:
-            return self._collate(items)
-        batch = self._collate([{k: v for k, v in it.items() if k != "states"} for it in items])
-        batch["cached_states"] = pad_states([it["states"] for it in items])  # (B, T, n, H)
-        return batch
+    def use_splits(
+        self,
+        splits: Mapping[str, Dataset],
+        wrap_collate: Callable[[Collate], Collate],
+    ) -> None:
+        """Serve other datasets for some splits, e.g. the feature cache's cached splits.
+
+        Args:
+            splits: Replacement datasets by split name (``train`` or an evaluation split),
+                each holding the same examples in the same order as the split it replaces.
+            wrap_collate: Turns this module's collate into the one for the new items
+                (e.g. :func:`bench.cache.serve.StatesCollate`).
+
+        Raises:
+            ValueError: Before :meth:`setup`, or for a split this module does not have.
+        """
+        if self.train is None:
+            raise ValueError("call setup() before use_splits()")
+        unknown = set(splits) - {"train", *self.dev}
+        if unknown:
+            raise ValueError(
+                f"unknown splits {sorted(unknown)}; valid: train, {', '.join(self.dev)}"
+            )
+        for name, dataset in splits.items():
+            if name == "train":
+                self.train = dataset
+            else:
+                self.dev[name] = dataset
+        self._batch = wrap_collate(self._collate)
 
     def setup(self, stage: str | None = None) -> None:
         """Load, subset and tokenize every split (once)."""
@@ -274,7 +298,7 @@ class SplitLoaders(L.LightningDataModule):
 
                 sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
         return DataLoader(
-            self.train,  # type: ignore[arg-type]
+            self.train,
             batch_size=self.batch_size,
             shuffle=sampler is None,
             sampler=sampler,
@@ -286,7 +310,7 @@ class SplitLoaders(L.LightningDataModule):
         """One loader per evaluation split (``dev``; MNLI ``dev_mismatched``; NER ``test``)."""
         return [
             DataLoader(
-                self.dev[name],  # type: ignore[arg-type]
+                self.dev[name],
                 batch_size=self.eval_batch_size,
                 shuffle=False,
                 collate_fn=self._batch,
@@ -322,3 +346,20 @@ class GlueDataModule(SplitLoaders):
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
+
+
+def write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
+    """Write ``predictions_<split>.csv`` atomically: ``idx,label,pred`` rows.
+
+    Args:
+        run_dir: The cell's directory.
+        predictions: Per split, ``idx``, ``label`` and ``pred`` lists of equal length.
+    """
+    for split, cols in predictions.items():
+
+        def write(handle: Any, cols: dict[str, list[Any]] = cols) -> None:
+            writer = csv.writer(handle)
+            writer.writerow(["idx", "label", "pred"])
+            writer.writerows(zip(cols["idx"], cols["label"], cols["pred"], strict=True))
+
+        atomic_write(run_dir / f"predictions_{split}.csv", write)

@@ -125,6 +125,7 @@ def encode_words(tokenizer: Any, columns: Columns, max_length: int, where: str) 
     words_cut = 0
     for i, labels in enumerate(columns["label"]):
         source, j = (cut, in_cut[i]) if i in in_cut else (enc, i)
+        assert source is not None  # `cut` exists whenever a sentence is in it
         _, word_pos = align_labels(source.word_ids(j), labels)
         words_cut += word_pos.count(-1)
         example = {k: source[k][j] for k in ENCODER_KEYS if k in source}

@@ -41,9 +41,10 @@ import lightning as L
 import torch
 from torch import nn
 
+from bench.axes.freezing import STRATEGIES, check_k, validate
 from bench.errors import ConfigError
 from bench.model.encoders import embedding_module, transformer_layers
-from bench.model.freezing import ADAPTIVE_STRATEGIES, STRATEGIES, FreezeReport, apply_freezing
+from bench.model.freezing import FreezeReport, apply_freezing
 
 LrLambda = Callable[[int], float]
 
@@ -221,11 +222,7 @@ class ReinitTop(Adaptation):
 
     def _freeze(self) -> FreezeReport:
         layers = list(transformer_layers(self.encoder))
-        k = self.cfg.get("k")
-        if not isinstance(k, int) or not 1 <= k <= len(layers):
-            raise ConfigError(
-                f"freeze.k={k!r} for reinit_top; valid values for this encoder are 1..{len(layers)}"
-            )
+        k = check_k(self.name, self.cfg.get("k"), len(layers))
         init = getattr(self.encoder, "_init_weights", None)
         if init is None:
             raise ConfigError(
@@ -574,7 +571,7 @@ _CLASSES: dict[str, type[Adaptation]] = {
     "lpft": LinearProbeFineTune,
     "gradual": GradualUnfreezing,
 }
-assert set(_CLASSES) == set(ADAPTIVE_STRATEGIES)
+assert set(_CLASSES) == {name for name, s in STRATEGIES.items() if s.adaptive}
 
 
 def build_adaptation(encoder: nn.Module, cfg: dict[str, Any]) -> Adaptation:
@@ -590,9 +587,5 @@ def build_adaptation(encoder: nn.Module, cfg: dict[str, Any]) -> Adaptation:
     Raises:
         ConfigError: For an unknown strategy or an invalid option.
     """
-    name = cfg.get("name")
-    if name in STRATEGIES:
-        return Adaptation(encoder, cfg)
-    if name in _CLASSES:
-        return _CLASSES[name](encoder, cfg)
-    return Adaptation(encoder, cfg)  # apply_freezing names the valid choices
+    strategy = validate(cfg.get("name"))
+    return _CLASSES.get(strategy.name, Adaptation)(encoder, cfg)

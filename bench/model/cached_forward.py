@@ -72,7 +72,9 @@ def run_top_layers(
     from transformers.masking_utils import create_bidirectional_mask
 
     mask = create_bidirectional_mask(
-        config=encoder.config, inputs_embeds=hidden, attention_mask=attention_mask
+        config=encoder.config,  # type: ignore[arg-type]  # a PreTrainedModel's config
+        inputs_embeds=hidden,
+        attention_mask=attention_mask,
     )
     out = []
     for layer in list(transformer_layers(encoder))[start:]:

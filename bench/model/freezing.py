@@ -11,12 +11,9 @@ from typing import Any
 
 from torch import nn
 
+from bench.axes.freezing import check_k, validate
 from bench.errors import ConfigError
 from bench.model.encoders import embedding_module, transformer_layers
-
-STRATEGIES = ("frozen", "full", "top_k", "embeddings", "bitfit")
-# Strategies built on top of these (bench.model.adaptation): phases, per-layer LRs, re-init, LoRA.
-ADAPTIVE_STRATEGIES = ("lpft", "gradual", "llrd", "reinit_top", "lora")
 
 
 @dataclass
@@ -78,10 +75,7 @@ def apply_freezing(encoder: nn.Module, strategy: str, k: int | None = None) -> F
         frozen = [embedding_module(encoder)]
     elif strategy == "top_k":
         layers = transformer_layers(encoder)
-        if not isinstance(k, int) or not 1 <= k <= len(layers):
-            raise ConfigError(
-                f"freeze.k={k!r} for top_k; valid values for this encoder are 1..{len(layers)}"
-            )
+        k = check_k(strategy, k, len(layers))
         # Everything below the top k layers is frozen: embeddings, lower layers and any
         # encoder-level extras (e.g. DeBERTa's relative embeddings).
         frozen = [embedding_module(encoder), *list(layers)[: len(layers) - k]]
@@ -95,10 +89,10 @@ def apply_freezing(encoder: nn.Module, strategy: str, k: int | None = None) -> F
         # No sub-module is wholly frozen, so none is held in eval mode.
         for name, param in encoder.named_parameters():
             param.requires_grad_(name == "bias" or name.endswith(".bias"))
-    else:
+    else:  # an adaptive strategy's own name, or an unknown one: validate() says which
         raise ConfigError(
-            f"unknown freezing strategy {strategy!r} (freeze.name); "
-            f"valid choices: {', '.join(STRATEGIES + ADAPTIVE_STRATEGIES)}"
+            f"freeze.name={validate(strategy).name!r} is built by bench.model.adaptation, "
+            "not by apply_freezing"
         )
     for module in frozen:
         _freeze(module)

@@ -30,6 +30,7 @@ class MatthewsCorrCoef(Metric):
     """
 
     full_state_update = False
+    confusion: torch.Tensor  # (C, C) counts, a metric state
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()

@@ -2,8 +2,8 @@
 
 It takes plain values (dicts, ints, floats) and builds every module inside, so
 ``save_hyperparameters()`` records the whole grid cell and checkpoints load back.
-Sequence tasks (GLUE) use torchmetrics in the loop; token tasks (CoNLL-2003) decode one
-tag per word and are scored with seqeval at the end of each validation epoch.
+What differs between sequence tasks (GLUE) and token tasks (CoNLL-2003): the head family,
+the loss and the evaluation, comes from the task's :mod:`~bench.model.task_types` type.
 """
 
 from __future__ import annotations
@@ -14,18 +14,16 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
-from bench.data.ner_metrics import score_ids
 from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
 from bench.model.encoders import load_encoder, pooler_weights
 from bench.model.freezing import FreezeReport
-from bench.model.heads import TokenHead, build_head, build_token_head, count_parameters
-from bench.model.metrics import build_metrics, finite_or_none
-from bench.model.ranks import gather_rows, sum_across_ranks
+from bench.model.heads import count_parameters
+from bench.model.ranks import sum_across_ranks
+from bench.model.task_types import task_type
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -58,28 +56,19 @@ class HeadbenchModule(L.LightningModule):
         self.spec = get_task(task)
         self.encoder, self.encoder_info = load_encoder(encoder)
         info = self.encoder_info
-        self.is_token = self.spec.kind == "token"
-        if self.is_token:
-            self.head: nn.Module = build_token_head(
-                head, info.hidden_size, info.num_layers, self.spec.label_names
-            )
-        else:
-            self.head = build_head(head, info.hidden_size, info.num_layers, self.spec.num_labels)
+        self.task_type = task_type(self.spec)
+        self.head: nn.Module = self.task_type.build_head(head, info.hidden_size, info.num_layers)
         if head.get("init") == "pretrained":
             self._copy_pretrained_pooler()
         if getattr(self.encoder, "pooler", None) is not None:
-            self.encoder.pooler = None  # the head is the only pooler; keeps counts honest
+            setattr(self.encoder, "pooler", None)  # noqa: B010  # the head is the only pooler
         self.adaptation: Adaptation = build_adaptation(self.encoder, freeze)
         self.encoder = self.adaptation.encoder  # LoRA wraps the model
         self.dev_names = list(dev_names or ["dev"])
-        self.metrics = nn.ModuleDict(
-            {} if self.is_token else {n: build_metrics(self.spec) for n in self.dev_names}
-        )
-        self.feature_plan: FeaturePlan | None = None  # set by bench.cache.features.attach_cache
+        self.evaluation = self.task_type.evaluation(self.dev_names)
+        self.feature_plan: FeaturePlan | None = None  # see use_cached_states
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
-        self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
-        self._word_outputs: dict[str, list[tuple[int, list[int], list[int]]]] = {}
         self._train_loss = [0.0, 0]  # sum, count since the epoch started
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
@@ -92,6 +81,18 @@ class HeadbenchModule(L.LightningModule):
                 f"{info.pooler_detected}; use head.init=random (RoBERTa-style head)"
             )
         self.head.load_pretrained_pooler(*pooler_weights(self.encoder))  # type: ignore[operator]
+
+    def use_cached_states(self, plan: FeaturePlan) -> None:
+        """Read batches' ``cached_states`` through ``plan`` instead of running the encoder.
+
+        The run calls this with the plan :func:`bench.cache.serve.serve_features` returns,
+        together with handing the cached splits to the data module.
+
+        Args:
+            plan: Which hidden states the cache holds and, for ``top_k``, where the
+                trainable top of the encoder starts.
+        """
+        self.feature_plan = plan
 
     @property
     def freeze_report(self) -> FreezeReport:
@@ -143,7 +144,7 @@ class HeadbenchModule(L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """Return logits for a padded batch: (B, C), or (B, T, C) for a token task."""
-        if "cached_states" in batch:  # states from bench.cache.features: no (or a partial) forward
+        if "cached_states" in batch:  # states from bench.cache: no (or a partial) forward
             assert self.feature_plan is not None, "cached states without a feature plan"
             hidden_states = self.feature_plan.hidden_states(
                 self.encoder, batch["cached_states"], batch["attention_mask"]
@@ -155,16 +156,7 @@ class HeadbenchModule(L.LightningModule):
         return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
 
     def _loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        if self.is_token:
-            assert isinstance(self.head, TokenHead)
-            return self.head.loss(logits, batch["word_pos"], batch["word_labels"])
-        labels = batch["labels"]
-        if self.spec.is_regression:
-            return F.mse_loss(logits.squeeze(-1), labels.float())
-        return F.cross_entropy(logits, labels)
-
-    def _predict(self, logits: Tensor) -> Tensor:
-        return logits.squeeze(-1) if self.spec.is_regression else logits.argmax(dim=-1)
+        return self.task_type.loss(self.head, logits, batch)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """One optimisation step; a non-finite loss stops the run as diverged."""
@@ -213,73 +205,15 @@ class HeadbenchModule(L.LightningModule):
             add_dataloader_idx=False,
             sync_dist=True,  # a mean over all ranks under DDP; nothing to sync otherwise
         )
-        if self.is_token:
-            self._keep_words(name, logits, batch)
-            return
-        preds = self._predict(logits)
-        self.metrics[name].update(preds, batch["labels"])
-        self._outputs.setdefault(name, []).append(
-            (batch["idx"].cpu(), batch["labels"].cpu(), preds.detach().cpu())
-        )
-
-    def _keep_words(self, name: str, logits: Tensor, batch: dict[str, Tensor]) -> None:
-        """Decode one tag per word; words without a sub-token (truncated) get ``O``."""
-        assert isinstance(self.head, TokenHead)
-        preds = self.head.decode(logits, batch["word_pos"])  # (B, W), -1 where absent
-        preds = preds.masked_fill(preds < 0, self.spec.outside_label).cpu()
-        gold = batch["word_labels"].cpu()  # (B, W), -100 on padding
-        for row, idx in enumerate(batch["idx"].tolist()):
-            n_words = int((gold[row] >= 0).sum())
-            self._word_outputs.setdefault(name, []).append(
-                (idx, gold[row, :n_words].tolist(), preds[row, :n_words].tolist())
-            )
-
-    def _split_scores(self, name: str) -> dict[str, float | None]:
-        if self.is_token:
-            rows = self._word_outputs.get(name, [])
-            gold, pred = [r[1] for r in rows], [r[2] for r in rows]
-            return score_ids(self.spec, gold, pred)  # type: ignore[arg-type]
-        if self.trainer.world_size > 1:  # score the gathered split, each example once
-            self.metrics[name].reset()  # its synced state counts the sampler's padding twice
-            scores = build_metrics(self.spec).to("cpu")
-            for metric in scores.values():
-                metric.sync_on_compute = False  # every rank already holds the whole split
-            _, labels, preds = self._outputs[name][0]
-            scores.update(preds, labels)
-            return {k: finite_or_none(v) for k, v in scores.compute().items()}
-        values = {k: finite_or_none(v) for k, v in self.metrics[name].compute().items()}
-        self.metrics[name].reset()
-        return values
-
-    def _gather_outputs(self) -> None:
-        """Under DDP: give every rank all ranks' kept predictions, each example once.
-
-        Lightning's ``DistributedSampler`` shards each dev split over the ranks and pads
-        the shards with repeated examples; examples are told apart by their ``idx``.
-        """
-        if self.trainer.world_size == 1:
-            return
-        for name in self.dev_names:
-            if self.is_token:
-                words = self._word_outputs.get(name, [])
-                self._word_outputs[name] = gather_rows(words, key=lambda r: r[0])
-                continue
-            local = self._collect(name)  # this rank's idx, label, pred lists
-            rows = gather_rows(list(zip(local["idx"], local["label"], local["pred"], strict=True)),
-                               key=lambda r: r[0])  # fmt: skip
-            dtype = torch.float32 if self.spec.is_regression else torch.long
-            self._outputs[name] = [(
-                torch.tensor([r[0] for r in rows], dtype=torch.long),
-                torch.tensor([r[1] for r in rows], dtype=dtype),
-                torch.tensor([r[2] for r in rows], dtype=dtype),
-            )]  # fmt: skip
+        self.evaluation.update(name, self.head, logits, batch)
 
     def on_validation_epoch_end(self) -> None:
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
-        self._gather_outputs()
+        if self.trainer.world_size > 1:  # every rank scores the whole split, each example once
+            self.evaluation.gather()
         record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
         for name in self.dev_names:
-            values = self._split_scores(name)
+            values = self.evaluation.scores(name, self.trainer.world_size)
             self.log_dict(  # the same on every rank: sync_dist only averages equal values
                 {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
             )
@@ -294,10 +228,9 @@ class HeadbenchModule(L.LightningModule):
                 "epoch": self.current_epoch,
                 "main": main,
                 "metrics": {n: record[n] for n in self.dev_names},
-                "predictions": {n: self._collect(n) for n in self.dev_names},
+                "predictions": {n: self.evaluation.collect(n) for n in self.dev_names},
             }
-        self._outputs.clear()
-        self._word_outputs.clear()
+        self.evaluation.clear()
 
     def run_record(self) -> dict[str, Any]:
         """What training recorded on the module (plain values): history, best epoch, stages.
@@ -317,18 +250,7 @@ class HeadbenchModule(L.LightningModule):
         self.best = record["best"]
         self.adaptation.trainable_history = record["trainable_history"]
 
-    def _collect(self, name: str) -> dict[str, list[Any]]:
-        if self.is_token:  # per sentence: gold and predicted tag ids per word
-            rows = sorted(self._word_outputs.get(name, []))
-            return {"idx": [r[0] for r in rows], "label": [r[1] for r in rows],
-                    "pred": [r[2] for r in rows]}  # fmt: skip
-        parts = self._outputs.get(name, [])
-        if not parts:
-            return {"idx": [], "label": [], "pred": []}
-        idx, labels, preds = (torch.cat(p).tolist() for p in zip(*parts, strict=True))
-        return {"idx": idx, "label": labels, "pred": preds}
-
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]
         """AdamW with separate encoder/head learning rates (groups from the strategy).
 
         Matrices decay, biases and norm weights do not (nanoGPT's grouping).

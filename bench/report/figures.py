@@ -23,10 +23,11 @@ from bench.report.style import (
     metric_title,
     new_figure,
     ordered,
+    ordered_freezes,
     seeds_text,
     task_title,
 )
-from bench.results.tables import FREEZE_ORDER, METRIC_NAMES
+from bench.results.tables import METRIC_NAMES
 
 PANEL_KEYS = ["task", "encoder"]
 
@@ -71,7 +72,7 @@ def _frame_legend(fig: Figure, palette: Palette, frame: pd.DataFrame) -> None:
         fig,
         palette,
         [h for h in palette.heads if h in set(frame["head_label"])],
-        ordered(frame["freeze_label"], FREEZE_ORDER),
+        ordered_freezes(frame["freeze_label"]),
     )
 
 
@@ -140,7 +141,7 @@ def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     panels = _panels(cells)
     fig, axes = grid(len(panels))
     for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
-        freezes = ordered(group["freeze_label"], FREEZE_ORDER)
+        freezes = ordered_freezes(group["freeze_label"])
         heads = [h for h in palette.heads if h in set(group["head_label"])]
         width = 0.8 / max(len(heads), 1)
         for i, head in enumerate(heads):
@@ -205,7 +206,7 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
         settings = [
             (h, f)
-            for f in ordered(group["freeze_label"], FREEZE_ORDER)
+            for f in ordered_freezes(group["freeze_label"])
             for h in palette.heads
             if ((group["head_label"] == h) & (group["freeze_label"] == f)).any()
         ]
@@ -276,7 +277,7 @@ def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figu
     panels = _panels(evp)
     fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
     for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
-        for freeze in ordered(group["freeze_label"], FREEZE_ORDER):
+        for freeze in ordered_freezes(group["freeze_label"]):
             for head in palette.heads:
                 rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
                 if len(rows) < 2:

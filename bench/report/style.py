@@ -18,7 +18,8 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from bench.results.tables import FREEZE_ORDER, HEAD_ORDER
+from bench.axes.freezing import freeze_rank
+from bench.results.tables import HEAD_ORDER
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 FAILED_COLOUR = "#D55E00"
@@ -66,6 +67,11 @@ def ordered(values: Iterable[str], preferred: list[str]) -> list[str]:
     return sorted(unique, key=lambda v: (rank.get(v, len(rank)), v))
 
 
+def ordered_freezes(values: Iterable[str]) -> list[str]:
+    """Unique freeze labels from the least trained to the most (the strategy registry's order)."""
+    return sorted({str(v) for v in values}, key=freeze_rank)
+
+
 class Palette:
     """Fixed head colours and freeze markers for one report.
 
@@ -76,7 +82,7 @@ class Palette:
 
     def __init__(self, heads: Iterable[str], freezes: Iterable[str]) -> None:
         self.heads = ordered(heads, HEAD_ORDER)
-        self.freezes = ordered(freezes, FREEZE_ORDER)
+        self.freezes = ordered_freezes(freezes)
         self._colour = {h: OKABE_ITO[i % len(OKABE_ITO)] for i, h in enumerate(self.heads)}
         self._marker = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(self.freezes)}
         self._line = {f: LINESTYLES[i % len(LINESTYLES)] for i, f in enumerate(self.freezes)}

@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 from bench.atomic import atomic_write
+from bench.axes.freezing import freeze_rank
+from bench.axes.heads import head_order
 from bench.results import stats
 from bench.results.collect import collect, read_table
 from bench.results.references import load_references, lookup
@@ -40,13 +42,8 @@ GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
 ]  # fmt: skip
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson",
                 "spearman": "Spearman"}  # fmt: skip
-HEAD_ORDER = ["linear", "pooler", "pooler-random", "pooler-pretrained", "last4_concat", "bilstm"]
-# Roughly from the fewest trained parameters to the most (the adaptation strategies of
-# bench.model.adaptation between the frozen probe and full fine-tuning).
-FREEZE_ORDER = [  # least to most trained; top_k cells are labelled top<k> (conf/freeze/top_k.yaml)
-    "frozen", "bitfit", "lora", "lpft", "gradual", "embeddings",
-    *(f"top{k}" for k in range(1, 49)), "top_k", "llrd", "full",
-]  # fmt: skip
+#: Head labels in table order, from the head registry (each preset, then its variants).
+HEAD_ORDER = head_order()
 # The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
 # (dense + tanh + dropout + linear, randomly initialised) with the encoder trained.
 GLUE_REFERENCE_SETTING = ("pooler-random", "full")
@@ -184,7 +181,7 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     )
     for (task, encoder), group in settings:
         heads = _order(group["head_label"].unique(), HEAD_ORDER)
-        freezes = _order(group["freeze_label"].unique(), FREEZE_ORDER)
+        freezes = sorted(group["freeze_label"].unique(), key=freeze_rank)
         metric = group["metric"].iloc[0]
         t = Table(
             title=f"{task} — {encoder}",
@@ -264,7 +261,7 @@ def glue_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
             for *_, sub in columns
             for r in sub.itertuples()
         },
-        key=lambda k: (k[0], _rank(k[1], HEAD_ORDER), _rank(k[2], FREEZE_ORDER)),
+        key=lambda k: (k[0], _rank(k[1], HEAD_ORDER), freeze_rank(k[2])),
     )
     lookups = [
         {(r["encoder"], r["head_label"], r["freeze_label"]): r for _, r in c[3].iterrows()}

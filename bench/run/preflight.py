@@ -138,9 +138,9 @@ def check_cell(cfg: DictConfig) -> None:
         ConfigError: For a bad value, naming the key and the valid choices.
         EncoderError: For an encoder without model or tokenizer files.
     """
+    from bench.axes import freezing
     from bench.data.tasks import ALL_TASKS, get_task
-    from bench.model.freezing import ADAPTIVE_STRATEGIES, STRATEGIES
-    from bench.model.heads import build_head, build_token_head
+    from bench.model.task_types import task_type
     from bench.run.allocator import check_malloc_mode
 
     check_types(cfg)
@@ -158,12 +158,7 @@ def check_cell(cfg: DictConfig) -> None:
         for key in ("encoder", "head", "freeze", "data")
     }
     encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
-    strategies = (*STRATEGIES, *ADAPTIVE_STRATEGIES)
-    if freeze.get("name") not in strategies:
-        raise ConfigError(
-            f"freeze.name={freeze.get('name')!r}: unknown freezing strategy; "
-            f"valid choices: {', '.join(strategies)}"
-        )
+    strategy = freezing.validate(freeze.get("name"))
     facts = _encoder_facts(encoder)
     check_max_length(
         int(plain["data"]["max_length"]),
@@ -172,18 +167,10 @@ def check_cell(cfg: DictConfig) -> None:
         facts["max_positions"],
     )
     layers = facts["num_layers"]
-    if freeze["name"] in ("top_k", "reinit_top"):
-        k = freeze.get("k")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= layers:
-            raise ConfigError(
-                f"freeze.k={k!r} for {freeze['name']}; valid values for encoder "
-                f"{encoder['name']!r}: 1..{layers}"
-            )
+    if strategy.takes_k:
+        freezing.check_k(strategy.name, freeze.get("k"), layers, encoder["name"])
     # The head's own options first: a head/task mismatch is the more basic error.
-    if spec.kind == "token":
-        build_token_head(head, facts["hidden_size"], layers, spec.label_names)
-    else:
-        build_head(head, facts["hidden_size"], layers, spec.num_labels)
+    task_type(spec).build_head(head, facts["hidden_size"], layers)
     if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
         raise ConfigError(
             f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "

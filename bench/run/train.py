@@ -7,7 +7,6 @@ records ``status`` (``ok``, ``failed``, ``diverged``) and the reason, so a sweep
 
 from __future__ import annotations
 
-import csv
 import logging
 import sys
 import time
@@ -19,12 +18,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from bench.atomic import atomic_write, atomic_write_json
+from bench.atomic import atomic_write_json
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
 from bench.clock import utc_now
 from bench.data.tasks import get_task
 from bench.errors import DivergedError
-from bench.model.metrics import majority_baseline
 from bench.results.degenerate import prediction_summary
 from bench.run import provenance
 from bench.run.preflight import check_cell, check_max_length
@@ -53,26 +51,13 @@ def _loggers(run_dir: Path) -> list[Any]:
     return loggers
 
 
-def _write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
-    for split, cols in predictions.items():
-
-        def write(handle: Any, cols: dict[str, list[Any]] = cols) -> None:
-            writer = csv.writer(handle)
-            writer.writerow(["idx", "label", "pred"])
-            writer.writerows(zip(cols["idx"], cols["label"], cols["pred"], strict=True))
-
-        atomic_write(run_dir / f"predictions_{split}.csv", write)
-
-
 def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     import lightning as L
 
-    from bench.cache.features import attach_cache
-    from bench.data.ner_metrics import majority_baseline as ner_majority_baseline
-    from bench.data.sequence_datamodule import GlueDataModule
-    from bench.data.token_datamodule import TokenDataModule, write_word_predictions
+    from bench.cache.serve import StatesCollate, serve_features
     from bench.model.encoders import load_tokenizer
     from bench.model.module import HeadbenchModule
+    from bench.model.task_types import task_type
     from bench.paths import cache_dir
     from bench.run.allocator import ConfigureMalloc, configure_malloc
     from bench.run.distributed import trainer_strategy
@@ -84,12 +69,11 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
     spec = get_task(cfg.task.name)
+    kind = task_type(spec)  # everything that differs between sequence and token tasks
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
     tokenizer = load_tokenizer(plain["encoder"])
-    token_task = spec.kind == "token"
-    datamodule = (TokenDataModule if token_task else GlueDataModule)(
-        spec,  # type: ignore[arg-type]
+    datamodule = kind.datamodule(
         tokenizer,
         data_dir=cfg.data.dir,
         train_size=cfg.data.train_size,
@@ -121,10 +105,13 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
     }
-    result["cache"] = attach_cache(module, datamodule, plain.get("cache"))
-    baseline = ner_majority_baseline if token_task else majority_baseline
+    served = serve_features(module, datamodule, plain.get("cache"))
+    result["cache"] = served.record
+    if served.plan is not None:  # frozen layers are read from the cache, not recomputed
+        datamodule.use_splits(served.splits, StatesCollate)
+        module.use_cached_states(served.plan)
     result["baseline"] = {
-        name: baseline(spec, datamodule.train_labels, labels)  # type: ignore[arg-type]
+        name: kind.majority_baseline(datamodule.train_labels, labels)
         for name, labels in datamodule.dev_labels.items()
     }
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -132,7 +119,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     trainer_kwargs.pop("name", None)
     timer = TrainLoopTimer()
     trainer = L.Trainer(
-        **trainer_strategy(trainer_kwargs),  # ddp_spawn: see bench/run/distributed.py
+        **trainer_strategy({str(k): v for k, v in trainer_kwargs.items()}),  # ddp_spawn
         callbacks=[timer, ConfigureMalloc(malloc)],
         default_root_dir=run_dir,
         logger=_loggers(run_dir),
@@ -161,13 +148,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     if summary["degenerate"]:
         log.warning("cell %s is degenerate: one prediction for all of %s: %s",
                     cell_path(cfg), summary["split"], summary)  # fmt: skip
-    if token_task:
-        assert isinstance(datamodule, TokenDataModule)
-        write_word_predictions(
-            run_dir, module.best["predictions"], datamodule.dev_tokens, spec.label_names
-        )
-    else:
-        _write_predictions(run_dir, module.best["predictions"])
+    kind.write_predictions(run_dir, module.best["predictions"], datamodule)
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:

@@ -21,7 +21,45 @@ from bench.model.heads.pooling import LSTM_POOLS, POOLS, BiLSTMEncoder, masked_p
 LSTM_OPTIONS = frozenset({"lstm", "lstm_hidden", "lstm_layers", "lstm_dropout"})
 
 
-class SequenceHead(nn.Module):
+class StatesHead(nn.Module):
+    """The parts every head shares: layers → combine → optional BiLSTM → classifier.
+
+    :class:`SequenceHead` pools the result per example; the token heads
+    (:mod:`bench.model.heads.token`) classify every token. Arguments as :class:`SequenceHead`
+    (without ``pool``).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_layers: int,
+        num_labels: int,
+        *,
+        layers: LayerSpec,
+        combine: str,
+        dropout: float,
+        mlp: bool,
+        mlp_hidden: int | None,
+        activation: str,
+        lstm: bool,
+        lstm_hidden: int,
+        lstm_layers: int,
+        lstm_dropout: float,
+    ) -> None:
+        super().__init__()
+        self.select = LayerSelect(layers, combine, hidden_size, num_layers)
+        width = self.select.out_dim
+        self.lstm: BiLSTMEncoder | None = None
+        if lstm:
+            self.lstm = BiLSTMEncoder(width, lstm_hidden, lstm_layers, lstm_dropout)
+            width = self.lstm.out_dim
+        self.in_dim = width
+        self.classifier = Classifier(
+            width, num_labels, dropout, mlp, mlp_hidden or hidden_size, activation
+        )
+
+
+class SequenceHead(StatesHead):
     """A sequence-classification head over an encoder's hidden states.
 
     Args:
@@ -62,21 +100,25 @@ class SequenceHead(nn.Module):
         lstm_layers: int = 1,
         lstm_dropout: float = 0.0,
     ) -> None:
-        super().__init__()
         valid_pools = LSTM_POOLS if lstm else POOLS
         if pool not in valid_pools:
             raise ConfigError(f"head.pool={pool!r}; valid choices: {', '.join(valid_pools)}")
-        self.pool = pool
-        self.select = LayerSelect(layers, combine, hidden_size, num_layers)
-        width = self.select.out_dim
-        self.lstm: BiLSTMEncoder | None = None
-        if lstm:
-            self.lstm = BiLSTMEncoder(width, lstm_hidden, lstm_layers, lstm_dropout)
-            width = self.lstm.out_dim
-        self.in_dim = width
-        self.classifier = Classifier(
-            width, num_labels, dropout, mlp, mlp_hidden or hidden_size, activation
+        super().__init__(
+            hidden_size,
+            num_layers,
+            num_labels,
+            layers=layers,
+            combine=combine,
+            dropout=dropout,
+            mlp=mlp,
+            mlp_hidden=mlp_hidden,
+            activation=activation,
+            lstm=lstm,
+            lstm_hidden=lstm_hidden,
+            lstm_layers=lstm_layers,
+            lstm_dropout=lstm_dropout,
         )
+        self.pool = pool
 
     def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         """Pooled features fed to the classifier, (B, in_dim)."""

@@ -50,6 +50,9 @@ class CRF(nn.Module):
         allowed_start: (C,) bool, tags a sequence may start with; None allows all.
     """
 
+    transition_mask: Tensor  # (T, T) buffer: -inf where a transition is not allowed
+    start_mask: Tensor  # (T,) buffer: -inf where a tag cannot start a sentence
+
     def __init__(
         self, num_tags: int, allowed: Tensor | None = None, allowed_start: Tensor | None = None
     ) -> None:
@@ -126,7 +129,7 @@ class CRF(nn.Module):
             score = torch.where(mask[:, t].unsqueeze(1), best + emissions[:, t], score)
         last = (score + self.end).argmax(dim=1).tolist()
         lengths = mask.sum(dim=1).tolist()
-        paths = []
+        paths: list[list[int]] = []
         for row, length in enumerate(lengths):
             if length == 0:
                 paths.append([])

@@ -17,16 +17,14 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.nn import functional as F
 
 from bench.axes.layers import LayerSpec
 from bench.errors import ConfigError
-from bench.model.heads.classifier import Classifier
+from bench.model.heads.base import StatesHead
 from bench.model.heads.crf import CRF, iob2_constraints
-from bench.model.heads.layers import LayerSelect
 from bench.model.heads.options import head_options
-from bench.model.heads.pooling import BiLSTMEncoder
 
 _LSTM_OPTIONS = frozenset({"lstm_hidden", "lstm_layers", "lstm_dropout"})
 _MLP_OPTIONS = frozenset({"mlp", "mlp_hidden", "activation"})
@@ -55,7 +53,7 @@ def gather_words(logits: Tensor, word_pos: Tensor) -> tuple[Tensor, Tensor]:
     return logits.gather(1, index), mask  # (B, W, C), (B, W)
 
 
-class TokenHead(nn.Module):
+class TokenHead(StatesHead):
     """A token-classification head over an encoder's hidden states.
 
     Args:
@@ -96,21 +94,25 @@ class TokenHead(nn.Module):
         lstm_dropout: float = 0.0,
         crf: bool = False,
     ) -> None:
-        super().__init__()
         if pool is not None:
             raise ConfigError(
                 f"head.pool={pool!r} makes no sense for a token task: every token is "
                 "classified, nothing is pooled; set head.pool=null"
             )
-        self.select = LayerSelect(layers, combine, hidden_size, num_layers)
-        width = self.select.out_dim
-        self.lstm: BiLSTMEncoder | None = None
-        if lstm:
-            self.lstm = BiLSTMEncoder(width, lstm_hidden, lstm_layers, lstm_dropout)
-            width = self.lstm.out_dim
-        self.in_dim = width
-        self.classifier = Classifier(
-            width, len(label_names), dropout, mlp, mlp_hidden or hidden_size, activation
+        super().__init__(
+            hidden_size,
+            num_layers,
+            len(label_names),
+            layers=layers,
+            combine=combine,
+            dropout=dropout,
+            mlp=mlp,
+            mlp_hidden=mlp_hidden,
+            activation=activation,
+            lstm=lstm,
+            lstm_hidden=lstm_hidden,
+            lstm_layers=lstm_layers,
+            lstm_dropout=lstm_dropout,
         )
         self.crf = CRF(len(label_names), *iob2_constraints(label_names)) if crf else None
 
@@ -192,9 +194,14 @@ class TokenPoolerHead(TokenHead):
                 "pooler was trained on [CLS] only; valid choice: random"
             )
         super().__init__(
-            hidden_size, num_layers, label_names, mlp=True, mlp_hidden=hidden_size, lstm=False,
+            hidden_size,
+            num_layers,
+            label_names,
+            mlp=True,
+            mlp_hidden=hidden_size,
+            lstm=False,
             **options,
-        )  # fmt: skip
+        )
 
 
 class TokenLast4ConcatHead(TokenHead):

@@ -1,0 +1,251 @@
+"""The store of cached split states: encode a split once, publish it, verify it on reading.
+
+Storage: one safetensors file per (encoder weights, tokenizer, task, split, subset,
+max_length, hidden-state layer, dtype); float32 by default, float16 or bfloat16 on
+request. Token states are stored without padding: ``states`` is (total tokens, 1, H),
+concatenated example after example, and ``index`` holds each example's ``[start, length]``
+rows (the same layout for sequence and token tasks).
+
+Files are written to a temp file in the same directory and published with ``os.replace``;
+a ``filelock`` lock per split makes concurrent processes of one sweep encode it once. A
+damaged (e.g. truncated) file fails validation and is rebuilt, never read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from filelock import FileLock
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save
+from torch import Tensor, nn
+
+from bench.atomic import append_json_line, atomic_write
+from bench.cache.keys import ENCODER_KEYS, FeatureKey
+from bench.clock import utc_now
+
+log = logging.getLogger(__name__)
+
+#: ``<cache>/features/builds.jsonl``: one line per encoder pass (split entry, layers stored,
+#: host, pid, seconds), appended under the split's lock, so it counts encoder passes across
+#: every process and node sharing the cache.
+BUILD_LOG = "builds.jsonl"
+
+
+@dataclass
+class FlatStates:
+    """A split's token states without padding.
+
+    Attributes:
+        states: (total tokens, n_layers, H), examples concatenated.
+        index: (N, 2) int64: each example's ``[start, length]`` in ``states``.
+    """
+
+    states: Tensor
+    index: Tensor
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    def example(self, i: int) -> Tensor:
+        """States of example ``i``: (T_i, n_layers, H), a view."""
+        start, length = (int(v) for v in self.index[i])
+        return self.states[start : start + length]
+
+    def check(self, n_examples: int, n_layers: int) -> None:
+        """Raise ``ValueError`` unless the arrays are consistent with the key."""
+        s, idx = self.states, self.index
+        if s.dim() != 3 or s.shape[1] != n_layers:
+            raise ValueError(f"states shape {tuple(s.shape)}, expected (*, {n_layers}, H)")
+        if idx.shape != (n_examples, 2):
+            raise ValueError(f"index shape {tuple(idx.shape)}, expected ({n_examples}, 2)")
+        if n_examples and (int(idx[:, 0].min()) < 0 or int((idx[:, 0] + idx[:, 1]).max()) > len(s)):
+            raise ValueError("index points outside the states")
+
+    def layer(self, j: int) -> FlatStates:
+        """The ``j``-th stored layer alone, (total tokens, 1, H)."""
+        return FlatStates(self.states[:, j : j + 1].contiguous(), self.index)
+
+    @staticmethod
+    def join(parts: Sequence[FlatStates]) -> FlatStates:
+        """Stack single-layer states of one split along the layer axis.
+
+        Raises:
+            ValueError: If the parts index their examples differently.
+        """
+        if len(parts) == 1:
+            return parts[0]
+        if any(not torch.equal(p.index, parts[0].index) for p in parts[1:]):
+            raise ValueError("the layers' example indexes differ")
+        return FlatStates(torch.cat([p.states for p in parts], dim=1), parts[0].index)
+
+
+class FeatureStore:
+    """A directory of cached split states, safe to share between processes.
+
+    Args:
+        root: The cache directory (created on demand).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def path(self, key: FeatureKey) -> Path:
+        """Where the entry of ``key`` lives."""
+        return self.root / key.filename()
+
+    def load(self, key: FeatureKey, n_examples: int) -> FlatStates | None:
+        """Read a valid entry, or None if it is missing or damaged (a damaged one is removed)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            tensors = load_file(path)
+            flat = FlatStates(tensors["states"], tensors["index"])
+            flat.check(n_examples, len(key.layers))
+            with safe_open(path, framework="pt") as handle:
+                meta = handle.metadata() or {}
+            if meta.get("key_digest") != key.digest():
+                raise ValueError("key digest in the file does not match")
+        except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as err:
+            log.warning("feature cache entry %s is damaged (%s); rebuilding it", path, err)
+            path.unlink(missing_ok=True)
+            return None
+        return flat
+
+    def save(self, key: FeatureKey, flat: FlatStates) -> Path:
+        """Publish an entry atomically (temp file in the same directory, fsync, rename)."""
+        meta = {"key_digest": key.digest(), "key": json.dumps(asdict(key))}
+        tensors = {"states": flat.states.contiguous(), "index": flat.index.contiguous()}
+        data = save(tensors, metadata=meta)  # safetensors bytes, published in one rename
+        return atomic_write(self.path(key), lambda handle: handle.write(data), binary=True)
+
+    def get_layers(
+        self,
+        key: FeatureKey,
+        layers: Sequence[int],
+        n_examples: int,
+        build: Callable[[list[int]], FlatStates],
+        extra: Sequence[int] = (),
+    ) -> tuple[FlatStates, list[int]]:
+        """Return a split's states of ``layers``, encoding the missing ones in one pass.
+
+        Each layer is its own entry. If any of ``layers`` is missing, one call of ``build``
+        under the split's lock computes every missing layer of ``layers`` and ``extra``
+        (the layers other cells of the sweep will read), and each is published.
+
+        Args:
+            key: The split's key (its ``layers`` are ignored).
+            layers: Hidden-state indices wanted, in the order of the returned states.
+            n_examples: Examples the split holds (validation).
+            build: Encodes the split and returns the given layers' states, in that order.
+            extra: Further layers to store when a pass runs anyway.
+
+        Returns:
+            ``(states, built)``: the states (total tokens, len(layers), H) and the layers
+            this call encoded (empty when everything was read from disk).
+        """
+        parts = self._read(key, layers, n_examples)
+        if parts is not None:
+            return FlatStates.join(parts), []
+        group = key.with_layers(())
+        lock = self.path(group).with_suffix(".lock")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock)):
+            have = {i: self.load(key.with_layers((i,)), n_examples) for i in layers}
+            missing: list[int] = []
+            if any(flat is None for flat in have.values()):  # else built meanwhile elsewhere
+                have.update({i: self.load(key.with_layers((i,)), n_examples)
+                             for i in extra if i not in have})  # fmt: skip
+                missing = sorted(i for i, flat in have.items() if flat is None)
+            if missing:
+                started = time.perf_counter()
+                flat = build(missing)
+                flat.check(n_examples, len(missing))
+                for j, i in enumerate(missing):
+                    have[i] = flat.layer(j)
+                    self.save(key.with_layers((i,)), have[i])  # type: ignore[arg-type]
+                append_json_line(self.root / BUILD_LOG, {
+                    "entry": group.filename(), "split": key.split, "layers": missing,
+                    "host": socket.gethostname(), "pid": os.getpid(),
+                    "seconds": time.perf_counter() - started, "time": utc_now(),
+                })  # fmt: skip
+        return FlatStates.join([have[i] for i in layers]), missing  # type: ignore[misc]
+
+    def _read(
+        self, key: FeatureKey, layers: Sequence[int], n_examples: int
+    ) -> list[FlatStates] | None:
+        """The stored layers, or None if any is missing or they disagree (then removed)."""
+        parts = []
+        for i in layers:
+            flat = self.load(key.with_layers((i,)), n_examples)
+            if flat is None:
+                return None
+            parts.append(flat)
+        if any(not torch.equal(p.index, parts[0].index) for p in parts[1:]):
+            log.warning("feature cache layers of %s disagree; rebuilding them", key.split)
+            for i in layers:
+                self.path(key.with_layers((i,))).unlink(missing_ok=True)
+            return None
+        return parts
+
+
+@torch.no_grad()
+def encode_split(
+    encoder: nn.Module,
+    collate: Callable[[list[dict[str, Any]]], dict[str, Tensor]],
+    examples: Sequence[dict[str, Any]],
+    layers: Sequence[int],
+    batch_size: int,
+    dtype: torch.dtype,
+) -> FlatStates:
+    """Run the encoder once over a split and keep the chosen layers' unpadded states.
+
+    Examples are encoded in length-sorted batches (little padding); the result is in the
+    split's order.
+
+    Args:
+        encoder: The (frozen, eval-mode) encoder.
+        collate: Pads a list of examples into encoder inputs.
+        examples: The split's encoded examples.
+        layers: Hidden-state indices to keep.
+        batch_size: Examples per forward pass.
+        dtype: Storage dtype.
+
+    Returns:
+        The split's flat states.
+    """
+    modes = {m: m.training for m in encoder.modules()}  # frozen parts stay in eval afterwards
+    home = next(encoder.parameters()).device
+    device = torch.device("cuda") if torch.cuda.is_available() else home
+    encoder.eval().to(device)
+    lengths = np.array([len(ex["input_ids"]) for ex in examples], dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    pieces: list[Tensor] = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        batch = collate([{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]}
+                         for i in rows])  # fmt: skip
+        inputs = {k: batch[k].to(device) for k in ENCODER_KEYS if k in batch}
+        out = encoder(**inputs, output_hidden_states=True, return_dict=True)
+        stacked = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, T, n, H)
+        kept = stacked[inputs["attention_mask"].bool()]  # (sum T_b, n, H)
+        pieces.append(kept.to(dtype).cpu())
+    encoder.to(home)
+    for m, mode in modes.items():
+        m.training = mode
+    states = torch.cat(pieces) if pieces else torch.empty(0, len(layers), 0, dtype=dtype)
+    index = torch.empty(len(examples), 2, dtype=torch.int64)
+    index[torch.from_numpy(order), 0] = torch.from_numpy(np.cumsum(lengths[order]) - lengths[order])
+    index[:, 1] = torch.from_numpy(lengths)
+    return FlatStates(states, index)
