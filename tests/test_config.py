@@ -8,8 +8,12 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
+from bench.axes import freezing as axes_freezing
+from bench.axes import heads as axes_heads
 from bench.data.tasks import ALL_TASKS, TASKS, TOKEN_TASKS
-from bench.model.encoders import load_tokenizer
+from bench.model.encoders import POOLER_STATES, load_tokenizer
+from bench.model.heads import HEADS as HEAD_MODULES
+from bench.model.heads import TOKEN_HEADS as TOKEN_HEAD_MODULES
 from bench.model.module import HeadbenchModule
 from conftest import CONF, ROOT
 
@@ -32,13 +36,12 @@ def build(cfg) -> HeadbenchModule:
     )  # fmt: skip
 
 
-def test_the_groups_have_the_promised_options():
+def test_the_groups_hold_exactly_the_registered_names():
+    """One registry per axis: the option files and the module builders agree with it."""
     assert set(options("encoder")) == set(OFFLINE_ENCODERS + HUB_ENCODERS)
-    assert options("head") == ["bilstm", "last4_concat", "linear", "pooler"]
-    assert options("freeze") == [
-        "bitfit", "embeddings", "frozen", "full", "gradual", "llrd", "lora", "lpft", "reinit_top",
-        "top_k",
-    ]  # fmt: skip
+    assert options("head") == sorted(axes_heads.HEADS)
+    assert set(HEAD_MODULES) == set(TOKEN_HEAD_MODULES) == set(axes_heads.HEADS)
+    assert options("freeze") == sorted(axes_freezing.STRATEGIES)
     assert set(options("task")) == set(TASKS) | set(TOKEN_TASKS)
 
 
@@ -46,7 +49,15 @@ def test_the_groups_have_the_promised_options():
 def test_every_option_composes_and_names_itself(compose_cfg, group, option):
     cfg = compose_cfg(f"{group}={option}", "seed=3")
     assert cfg[group].name == option
-    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    plain = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    validate = {
+        "head": axes_heads.validate,
+        "freeze": axes_freezing.validate,
+        "task": lambda name: ALL_TASKS[name],
+        "encoder": lambda name: plain["encoder"]["pooler"] in POOLER_STATES,
+    }
+    if group in validate:
+        assert validate[group](option)
 
 
 def test_experiment_quick_composes(compose_cfg):
