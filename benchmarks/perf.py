@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from bench.atomic import atomic_write_json
+from bench.axes.resolvers import register as register_resolvers
 from bench.paths import config_dir
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
 
@@ -68,6 +69,7 @@ GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
 def _compose(overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_dir
 
+    register_resolvers()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
 

@@ -10,8 +10,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from bench.axes.resolvers import register
+from bench.paths import config_dir
+
+register()  # conf/ derives labels with these resolvers
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = config_dir()
+assert CONF == ROOT / "conf", f"tests run against the checkout's conf/, not {CONF}"
 
 
 def _data_dir() -> Path:

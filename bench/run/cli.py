@@ -23,7 +23,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from bench.axes.resolvers import register as register_resolvers
 from bench.paths import config_dir
+
+# conf/ derives labels with these resolvers; Hydra resolves them before any task code runs
+# (output directories), also in launcher worker processes, which import this module.
+register_resolvers()
 
 if TYPE_CHECKING:
     from bench.run.resume import CellState
