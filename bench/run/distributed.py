@@ -17,9 +17,17 @@ and the callbacks' ``state_dict()`` (the training-loop timer) in a temp file, th
 ``get_extra_results`` / ``update_main_process_results`` hooks.
 
 Evaluation: Lightning gives each rank a ``DistributedSampler`` shard of every dev split,
-padded with repeated examples to equal length. :func:`bench.model.ranks.gather_rows` all-gathers the
-predictions each rank kept and keeps every example once (by its ``idx``), so metrics,
-prediction files and the degenerate check see the whole dev set exactly once.
+padded with repeated examples to equal length. :func:`bench.model.ranks.gather_rows`
+all-gathers the predictions each rank kept and keeps every example once (by its ``idx``),
+so metrics, prediction files and the degenerate check see the whole dev set exactly once.
+
+Private Lightning API, on purpose and only here: Lightning has no public hook to send more
+than the weights and ``callback_metrics`` back from spawned ranks, so
+:class:`SpawnDDPStrategy` overrides ``DDPStrategy._configure_launcher`` and subclasses
+``_MultiProcessingLauncher`` (its ``get_extra_results`` / ``update_main_process_results``
+hooks). ``tests/test_private_api.py`` pins their shape, so a Lightning release that
+changes them fails a fast test with the reason instead of a DDP run; pyproject bounds
+Lightning below 3.
 """
 
 from __future__ import annotations
