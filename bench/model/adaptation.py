@@ -40,6 +40,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch import nn
+from transformers import get_linear_schedule_with_warmup
 
 from bench.axes.freezing import STRATEGIES, check_k, validate
 from bench.errors import ConfigError
@@ -197,8 +198,6 @@ class Adaptation:
         self, optimizer: torch.optim.Optimizer, optim: dict[str, Any], total: int, per_epoch: int
     ) -> torch.optim.lr_scheduler.LRScheduler:
         """Linear warm-up (``optim.warmup_ratio`` of all steps) then linear decay to zero."""
-        from transformers import get_linear_schedule_with_warmup
-
         warmup = math.ceil(optim.get("warmup_ratio", 0.0) * total)
         return get_linear_schedule_with_warmup(optimizer, warmup, total)
 
@@ -295,7 +294,7 @@ class Lora(Adaptation):
 
     def _freeze(self) -> FreezeReport:
         try:
-            from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig, get_peft_model  # the optional extra `lora`
         except ImportError:
             raise ConfigError(
                 "freeze=lora needs the optional extra: pip install 'headbench[lora]' (peft)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch import Tensor, nn
+from transformers.masking_utils import create_bidirectional_mask
 
 from bench.model.encoders import transformer_layers
 
@@ -69,8 +70,6 @@ def run_top_layers(
     Returns:
         The hidden states ``start + 1 .. L``, each (B, T, H).
     """
-    from transformers.masking_utils import create_bidirectional_mask
-
     mask = create_bidirectional_mask(
         config=encoder.config,  # type: ignore[arg-type]  # a PreTrainedModel's config
         inputs_embeds=hidden,

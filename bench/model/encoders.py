@@ -23,8 +23,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from bench.errors import EncoderError
+from bench.model.tiny import build_tiny_model
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +94,6 @@ def resolve_source(source: str) -> str:
             raise EncoderError(f"encoder source {source!r}: no config.json under {path}")
         return str(path)
     if source.startswith("tiny:"):
-        from bench.model.tiny import build_tiny_model
-
         return str(build_tiny_model(source.removeprefix("tiny:")))
     local = Path(source).expanduser()
     if local.exists():
@@ -128,8 +129,6 @@ def load_tokenizer(cfg: dict[str, Any]) -> Any:
     Raises:
         EncoderError: If no tokenizer files can be found for the source.
     """
-    from transformers import AutoTokenizer
-
     path = resolve_source(cfg["source"])
     local = Path(path)
     if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
@@ -172,9 +171,6 @@ def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
     Raises:
         EncoderError: If the source cannot be loaded or the pooler declaration is invalid.
     """
-    from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     declared = cfg.get("pooler", "absent")
     if declared not in POOLER_STATES:

@@ -12,20 +12,31 @@ under a name that hashes the corpus and the recipe, and published atomically.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib
+import inspect
 import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers.trainers import BpeTrainer, WordPieceTrainer
+from transformers import (
+    BertConfig,
+    BertModel,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    RobertaConfig,
+    RobertaModel,
+)
 
 from bench.errors import EncoderError
 from bench.paths import cache_root
-
-if TYPE_CHECKING:
-    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 RECIPE_VERSION = 2  # 2: corpus read from source files (was live objects)
 VOCAB_SIZE = 2000
@@ -56,10 +67,6 @@ def corpus_lines() -> list[str]:
         Non-empty lines from the docstrings of a fixed list of stdlib modules and of their
         top-level classes and functions, in source order.
     """
-    import ast
-    import importlib
-    import inspect
-
     lines: list[str] = []
     for name in _CORPUS_MODULES:
         tree = ast.parse(inspect.getsource(importlib.import_module(name)))
@@ -73,9 +80,6 @@ def corpus_lines() -> list[str]:
 
 
 def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers.trainers import WordPieceTrainer
-    from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -102,9 +106,6 @@ def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
 
 
 def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-    from tokenizers.trainers import BpeTrainer
-    from transformers import PreTrainedTokenizerFast
 
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
     tok = Tokenizer(models.BPE())
@@ -136,7 +137,6 @@ def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
 
 
 def _build(family: str, lines: list[str], out: Path) -> None:
-    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
     config: PretrainedConfig
     model_cls: type[PreTrainedModel]

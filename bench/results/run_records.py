@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from bench.atomic import append_json_line
 from bench.cell import CELL_COLUMNS
@@ -112,8 +113,6 @@ def _hydra_launch(sweep_dir: Path) -> list[dict[str, Any]]:
     path = sweep_dir / "multirun.yaml"
     if not path.is_file():
         return []
-    from omegaconf import OmegaConf
-
     try:
         overrides = list(OmegaConf.load(path).hydra.overrides.task)
     except Exception:  # an unreadable file just means "not recorded"

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from bench.data.tasks import ALL_TASKS
+
 GROUP_KEYS = ["task", "encoder", "head_label", "freeze_label"]
 RUN_KEYS = [*GROUP_KEYS, "seed"]
 TEXT_COLUMNS = [
@@ -48,8 +50,6 @@ RNG_SEED = 0  # fixed, so every table is reproducible to the last digit
 
 
 def _main_metric_for(task: str) -> float | str:
-    from bench.data.tasks import ALL_TASKS  # pure task specs, no torch
-
     spec = ALL_TASKS.get(task)
     return spec.main_metric if spec is not None else np.nan
 

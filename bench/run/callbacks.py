@@ -9,8 +9,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.report import build_report
 from bench.results.collect import collect, print_summary
 from bench.results.run_records import log_launch_event
+from bench.run.plan import collision_message, collisions, plan
 
 
 class CollectResults(Callback):
@@ -21,8 +23,6 @@ class CollectResults(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Stop before training if two cells would write the same run directory."""
-        from bench.run.plan import collision_message, collisions, plan
-
         overrides = list(config.hydra.overrides.task)
         shared = collisions(plan("", overrides, multirun=True))
         if shared:  # SystemExit: Hydra turns a callback's exceptions into mere warnings
@@ -36,8 +36,6 @@ class CollectResults(Callback):
         print_summary(table)
         report_file = config.get("report_file")
         if report_file and config.results_dir and not table.empty:
-            from bench.report import build_report
-
             try:
                 path = build_report(config.results_dir, report_file)
             except Exception as err:  # the results are written; say why the page is not

@@ -15,23 +15,36 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from bench.axes.resolvers import register as register_resolvers
+from bench.cell import config_hash
 from bench.paths import config_dir
+from bench.results.run_records import log_launch_event
+from bench.run.logs import route_lightning_logs
+from bench.run.plan import plan, print_plan
+from bench.run.resume import (
+    RUNNING,
+    CellState,
+    cell_lock,
+    cell_state,
+    clear_run_outputs,
+    should_run,
+)
 
 # conf/ derives labels with these resolvers; Hydra resolves them before any task code runs
 # (output directories), also in launcher worker processes, which import this module.
 register_resolvers()
 
-if TYPE_CHECKING:
-    from bench.run.resume import CellState
 
 _MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -42,24 +55,14 @@ def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
              "diverged": "; +rerun_failed=true re-runs it"}  # fmt: skip
     print(f"skip ({state.state}{hints.get(state.state, '')}): {run_dir}/result.json")
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        from bench.results.run_records import log_launch_event
-
         cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
         log_launch_event(hydra_cfg.sweep.dir, "skip", cell_path=cell_path, state=state.state)
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from bench.cell import config_hash
-    from bench.run.logs import route_lightning_logs
-    from bench.run.resume import (
-        RUNNING,
-        CellState,
-        cell_lock,
-        cell_state,
-        clear_run_outputs,
-        should_run,
-    )
+    # Imported here: training pulls in torch and Lightning (~8 s), which a skipped cell, a
+    # --dry-run and the launching process of a sweep never need.
     from bench.run.train import run
 
     hydra_cfg = HydraConfig.get()
@@ -81,11 +84,6 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def _dry_run(args: list[str]) -> None:
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.run.plan import plan, print_plan
-
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
     flags = [a for a in overrides if a.startswith("-")]
@@ -107,7 +105,7 @@ def _preflight(args: list[str]) -> None:
     """A single run with a bad config exits with status 2 before Hydra writes anything."""
     if any(a in _MULTIRUN_FLAGS for a in args) or any(a.startswith("-") for a in args):
         return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
-    from bench.run.preflight import check_command
+    from bench.run.preflight import check_command  # torch, transformers, lightning: ~8 s
 
     message = check_command(config_dir(), args)
     if message:
@@ -130,8 +128,6 @@ def missing_launcher(args: list[str]) -> str | None:
     Without this check Hydra fails later with "Error locating target
     hydra_plugins...", which does not say what to install.
     """
-    from importlib.util import find_spec
-
     for arg in args:
         key, _, name = arg.lstrip("+~").partition("=")
         if key != "hydra/launcher" or name not in LAUNCHER_PLUGINS:

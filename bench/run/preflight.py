@@ -19,9 +19,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from transformers import AutoConfig
 
-from bench.errors import ConfigError
+from bench.axes import freezing
+from bench.data.tasks import ALL_TASKS, get_task
+from bench.errors import ConfigError, EncoderError
+from bench.model.encoders import load_tokenizer, resolve_source
+from bench.model.task_types import task_type
+from bench.run.allocator import check_malloc_mode
+from bench.run.plan import hydra_context
 
 # Keys with a fixed type: (allowed types, lower bound or None). `None` in the types = null.
 INT = (int,)
@@ -90,11 +101,6 @@ def check_types(cfg: DictConfig) -> None:
 
 def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
     """Depth, width, position limit of an encoder, from its config.json; tokenizer loads."""
-    from transformers import AutoConfig
-
-    from bench.errors import EncoderError
-    from bench.model.encoders import load_tokenizer, resolve_source
-
     path = resolve_source(encoder["source"])
     try:
         config = AutoConfig.from_pretrained(
@@ -138,11 +144,6 @@ def check_cell(cfg: DictConfig) -> None:
         ConfigError: For a bad value, naming the key and the valid choices.
         EncoderError: For an encoder without model or tokenizer files.
     """
-    from bench.axes import freezing
-    from bench.data.tasks import ALL_TASKS, get_task
-    from bench.model.task_types import task_type
-    from bench.run.allocator import check_malloc_mode
-
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     try:
@@ -180,11 +181,6 @@ def check_cell(cfg: DictConfig) -> None:
 
 def compose_single_run(config_dir: str | Path, overrides: list[str]) -> DictConfig | None:
     """Compose the config of a single run as Hydra will; None when it is a multirun."""
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
-    from bench.run.plan import hydra_context
-
     with hydra_context(config_dir):
         hydra = GlobalHydra.instance().hydra
         assert hydra is not None
@@ -199,11 +195,6 @@ def check_command(config_dir: str | Path, overrides: list[str]) -> str | None:
     Composition errors (an unknown group option, a misspelled key: Hydra's own message
     lists the valid options) and :func:`check_cell` errors are both returned as text.
     """
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.errors import EncoderError
-
     try:
         cfg = compose_single_run(config_dir, overrides)
         if cfg is not None:

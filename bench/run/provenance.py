@@ -10,6 +10,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
+
 _VERSIONED = (
     "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
     "hydra-core", "datasets", "numpy",
@@ -52,8 +54,6 @@ def versions() -> dict[str, str | None]:
 
 def hardware() -> dict[str, Any]:
     """The machine: platform, CPU count, torch threads, GPU name."""
-    import torch  # imported here: reading results (collect, report) never needs torch
-
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "platform": platform.platform(),
@@ -66,8 +66,6 @@ def hardware() -> dict[str, Any]:
 
 def peak_memory() -> dict[str, float | None]:
     """Peak memory so far: process RSS (process-wide) and CUDA allocations."""
-    import torch
-
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
     # ru_maxrss is process-wide: in a multirun it includes earlier cells of the same process.

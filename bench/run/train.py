@@ -12,20 +12,31 @@ import sys
 import time
 import traceback
 import warnings
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import atomic_write_json
+from bench.cache.serve import StatesCollate, serve_features
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
 from bench.clock import utc_now
 from bench.data.tasks import get_task
 from bench.errors import DivergedError
+from bench.model.encoders import load_tokenizer
+from bench.model.module import HeadbenchModule
+from bench.model.task_types import task_type
+from bench.paths import cache_dir
 from bench.results.degenerate import prediction_summary
 from bench.run import provenance
+from bench.run.allocator import ConfigureMalloc, configure_malloc
+from bench.run.distributed import trainer_strategy
 from bench.run.preflight import check_cell, check_max_length
+from bench.run.timing import TrainLoopTimer
 
 log = logging.getLogger(__name__)
 
@@ -38,31 +49,14 @@ def _main_metric(cfg: DictConfig) -> str | None:
 
 
 def _loggers(run_dir: Path) -> list[Any]:
-    from lightning.pytorch.loggers import CSVLogger
-
     loggers: list[Any] = [CSVLogger(run_dir, name="logs", version="")]
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
+    if find_spec("tensorboard") is None:  # the optional extra `tensorboard`
         return loggers
-    from lightning.pytorch.loggers import TensorBoardLogger
-
     loggers.append(TensorBoardLogger(run_dir, name="tb", version="", default_hp_metric=False))
     return loggers
 
 
 def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
-    import lightning as L
-
-    from bench.cache.serve import StatesCollate, serve_features
-    from bench.model.encoders import load_tokenizer
-    from bench.model.module import HeadbenchModule
-    from bench.model.task_types import task_type
-    from bench.paths import cache_dir
-    from bench.run.allocator import ConfigureMalloc, configure_malloc
-    from bench.run.distributed import trainer_strategy
-    from bench.run.timing import TrainLoopTimer
-
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     result["runtime"] = {"malloc": configure_malloc(malloc)}
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
