@@ -85,8 +85,9 @@ def reproduce(session: nox.Session) -> None:
     session.run(
         "python", "-m", "bench.results.tables", f"results/{name}", "--style", "all", env=env
     )
-    session.run("python", "-m", "bench.report", f"results/{name}", "-o", f"reports/{name}.html",
-                env=env)  # fmt: skip
+    session.run(
+        "python", "-m", "bench.report", f"results/{name}", "-o", f"reports/{name}.html", env=env
+    )
 
 
 def _lowest_pins() -> list[str]:

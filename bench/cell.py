@@ -27,9 +27,7 @@ from bench.axes.layers import describe_layers
 #: The file each cell writes, atomically, into its run directory.
 RESULT_FILE = "result.json"
 #: The identity columns of a cell, in table order.
-CELL_COLUMNS = [
-    "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"
-]  # fmt: skip
+CELL_COLUMNS = ["task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "seed"]
 #: Version of the hash recipe below. Results written before this constant existed carry no
 #: ``hash_recipe`` and were hashed with recipe 1. Change the recipe only together with this
 #: number, so old results are recognised as old (stale), never silently taken as current.
@@ -108,8 +106,11 @@ def config_hash(cfg: DictConfig) -> str:
         hashed[section] = part
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
-        changed = {key: cache.get(key) for key, default in CACHE_DEFAULTS.items()
-                   if cache.get(key) not in (default, None)}  # fmt: skip
+        changed = {
+            key: cache.get(key)
+            for key, default in CACHE_DEFAULTS.items()
+            if cache.get(key) not in (default, None)
+        }
         if changed:
             hashed["cache"] = changed
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()

@@ -60,8 +60,12 @@ FRAMEWORKS = ("headbench", "headbench_hf_sampler", "hf_trainer", "hf_trainer_tun
 _GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true"}
 HEADBENCH_SIDES = tuple(_GROUPING)
 HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
-_SHORT = {"headbench": "hb", "headbench_hf_sampler": "hb/hf-sampler", "hf_trainer": "hf",
-          "hf_trainer_tuned": "hf+malloc"}  # fmt: skip
+_SHORT = {
+    "headbench": "hb",
+    "headbench_hf_sampler": "hb/hf-sampler",
+    "hf_trainer": "hf",
+    "hf_trainer_tuned": "hf+malloc",
+}
 #: Grid paths and their ``cache.dtype`` (None: cache disabled).
 GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
 
@@ -153,8 +157,11 @@ def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None
             cell = _run_cell(overrides, work / path / f"{head}-{seed}")
             cell.update(head=head, seed=seed, load_avg_1min=os.getloadavg()[0])
             done.append(cell)
-            print(f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
-                  f"dev acc {cell['dev_accuracy']['final']}", flush=True)  # fmt: skip
+            print(
+                f"[grid {path}] {head} seed={seed}: {cell['wall_s']:.1f}s "
+                f"dev acc {cell['dev_accuracy']['final']}",
+                flush=True,
+            )
             save()
     grid["sizes"] = grid_sizes(grid)
     save()
@@ -176,19 +183,24 @@ def grid_sizes(grid: dict[str, Any]) -> list[dict[str, Any]]:
             cac = grid[path][:m]
             total = sum(c["wall_s"] for c in cac)
             build = sum((c.get("cache") or {}).get("build_s", 0.0) for c in cac)
-            diffs = [abs(a["dev_accuracy"]["final"] - b["dev_accuracy"]["final"])
-                     for a, b in zip(unc, cac, strict=True)]  # fmt: skip
-            row.update({
-                f"{path}_s": total,
-                f"{path}_encoder_s": build,
-                f"{path}_heads_s": total - build,
-                f"{path}_ratio": row["uncached_s"] / total,
-                f"{path}_same_scores": all(
-                    a["dev_accuracy"] == b["dev_accuracy"] for a, b in zip(unc, cac, strict=True)
-                ),
-                f"{path}_cells_differing": sum(d > 0 for d in diffs),
-                f"{path}_max_abs_acc_diff": max(diffs),
-            })  # fmt: skip
+            diffs = [
+                abs(a["dev_accuracy"]["final"] - b["dev_accuracy"]["final"])
+                for a, b in zip(unc, cac, strict=True)
+            ]
+            row.update(
+                {
+                    f"{path}_s": total,
+                    f"{path}_encoder_s": build,
+                    f"{path}_heads_s": total - build,
+                    f"{path}_ratio": row["uncached_s"] / total,
+                    f"{path}_same_scores": all(
+                        a["dev_accuracy"] == b["dev_accuracy"]
+                        for a, b in zip(unc, cac, strict=True)
+                    ),
+                    f"{path}_cells_differing": sum(d > 0 for d in diffs),
+                    f"{path}_max_abs_acc_diff": max(diffs),
+                }
+            )
         rows.append(row)
     return rows
 
@@ -210,16 +222,20 @@ def grid_heads(grid: dict[str, Any], cells: int = 12) -> list[dict[str, Any]]:
         c = [c for c in cac if c["head"] == head]
         build = sum((x.get("cache") or {}).get("build_s", 0.0) for x in c)
         total = sum(x["wall_s"] for x in c)
-        rows.append({
-            "head": head,
-            "cells": len(u),
-            "uncached_s": sum(x["wall_s"] for x in u),
-            "cached_s": total,
-            "cached_encoder_s": build,
-            "cached_rest_s": total - build,
-            "ratio": sum(x["wall_s"] for x in u) / total,
-            "train_loop_s": sum((x.get("throughput") or {}).get("train_loop_s", 0.0) for x in c),
-        })  # fmt: skip
+        rows.append(
+            {
+                "head": head,
+                "cells": len(u),
+                "uncached_s": sum(x["wall_s"] for x in u),
+                "cached_s": total,
+                "cached_encoder_s": build,
+                "cached_rest_s": total - build,
+                "ratio": sum(x["wall_s"] for x in u) / total,
+                "train_loop_s": sum(
+                    (x.get("throughput") or {}).get("train_loop_s", 0.0) for x in c
+                ),
+            }
+        )
     return rows
 
 
@@ -323,10 +339,16 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
     plain = OmegaConf.to_container(cfg, resolve=True)
     spec = get_task(plain["task"]["name"])
     tokenizer = load_tokenizer(plain["encoder"])
-    dm = GlueDataModule(spec, tokenizer, data_dir=plain["data"]["dir"],
-                        train_size=args.ft_train_size, data_seed=int(plain["data_seed"]),
-                        max_length=args.max_length, batch_size=args.batch_size,
-                        eval_batch_size=int(plain["data"]["eval_batch_size"]))  # fmt: skip
+    dm = GlueDataModule(
+        spec,
+        tokenizer,
+        data_dir=plain["data"]["dir"],
+        train_size=args.ft_train_size,
+        data_seed=int(plain["data_seed"]),
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        eval_batch_size=int(plain["data"]["eval_batch_size"]),
+    )
     dm.setup("fit")
 
     def to_dataset(examples: Any) -> Dataset:
@@ -539,9 +561,12 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
         run["flops"] = training_flops(args, run["throughput"])
         runs.append(run)
         tp = run["throughput"]
-        print(f"[finetune {i + 1}/{len(order)} {name}] {tp['examples_per_s']:.1f} ex/s, "
-              f"{run['flops']['flop_per_s'] / 1e9:.1f} GFLOP/s, "
-              f"dev acc {run['dev_accuracy']['final']:.4f}", flush=True)  # fmt: skip
+        print(
+            f"[finetune {i + 1}/{len(order)} {name}] {tp['examples_per_s']:.1f} ex/s, "
+            f"{run['flops']['flop_per_s'] / 1e9:.1f} GFLOP/s, "
+            f"dev acc {run['dev_accuracy']['final']:.4f}",
+            flush=True,
+        )
         save()
     part["summary"] = finetune_summary(part)
     save()
@@ -615,10 +640,16 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     """Part 3: matmul peak (fp32, bf16; best of 3) at the fine-tuning thread count; fractions."""
     torch.set_num_threads(args.threads)
     repeats = 3
-    peak = {name: max(matmul_peak(dtype, args.matmul_n, seconds=2.0) for _ in range(repeats))
-            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}  # fmt: skip
-    part = {"threads": args.threads, "matmul_n": args.matmul_n, "repeats": repeats,
-            "peak_flop_per_s": peak}  # fmt: skip
+    peak = {
+        name: max(matmul_peak(dtype, args.matmul_n, seconds=2.0) for _ in range(repeats))
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
+    part = {
+        "threads": args.threads,
+        "matmul_n": args.matmul_n,
+        "repeats": repeats,
+        "peak_flop_per_s": peak,
+    }
     summary = (state.get("finetune") or {}).get("summary") or {}
     for name in FRAMEWORKS:
         if name in summary:
@@ -632,10 +663,12 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
 # --------------------------------------------------------------------------- output
 
 
-_HEADERS = {"headbench": "headbench (bucketed batches)",
-            "headbench_hf_sampler": "headbench, the Trainer's length grouping",
-            "hf_trainer": "HF `Trainer`",
-            "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting"}  # fmt: skip
+_HEADERS = {
+    "headbench": "headbench (bucketed batches)",
+    "headbench_hf_sampler": "headbench, the Trainer's length grouping",
+    "hf_trainer": "HF `Trainer`",
+    "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting",
+}
 
 
 def _flops_cell(name: str, side: dict[str, Any], fl: dict[str, Any]) -> str:
@@ -663,7 +696,7 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
             for other, pair in summary.get("ratios", {}).get(name, {}).items()
             if key in pair
         ]
-        return f" ({'; '.join(vs)})" if vs else ""  # fmt: skip
+        return f" ({'; '.join(vs)})" if vs else ""
 
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | {' | '.join(cells)} |"
@@ -679,43 +712,66 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
         "",
         row("measurement", [_HEADERS[n] for n in names]),
         "|---" * (len(names) + 1) + "|",
-        row("training examples/s, validation excluded (each run)",
-            [f"**{x['examples_per_s']:.1f}**{ratio(n, 'examples_per_s')} "
-             f"({each(x['examples_per_s_all'])})" for n, x in zip(names, sides, strict=True)]),
-    ]  # fmt: skip
+        row(
+            "training examples/s, validation excluded (each run)",
+            [
+                f"**{x['examples_per_s']:.1f}**{ratio(n, 'examples_per_s')} "
+                f"({each(x['examples_per_s_all'])})"
+                for n, x in zip(names, sides, strict=True)
+            ],
+        ),
+    ]
     if all("examples_per_cpu_s" in x for x in sides):
-        lines.append(row(
-            "training examples per CPU second (process time: not inflated by waiting for a core)",
-            [f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'examples_per_cpu_s')} "
-             f"({each(x['examples_per_cpu_s_all'])})" for n, x in zip(names, sides, strict=True)],
-        ))  # fmt: skip
+        lines.append(
+            row(
+                "training examples per CPU second "
+                "(process time: not inflated by waiting for a core)",
+                [
+                    f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'examples_per_cpu_s')} "
+                    f"({each(x['examples_per_cpu_s_all'])})"
+                    for n, x in zip(names, sides, strict=True)
+                ],
+            )
+        )
     lines += [
-        row("padded tokens/s (padding share)",
-            [f"{x['padded_tokens_per_s']:.0f} ({100 * x['padding']:.0f}%)" for x in sides]),
-        row("dev accuracy after the last epoch (each run)",
-            [each([100 * a for a in x["dev_accuracy"]]) for x in sides]),
-    ]  # fmt: skip
+        row(
+            "padded tokens/s (padding share)",
+            [f"{x['padded_tokens_per_s']:.0f} ({100 * x['padding']:.0f}%)" for x in sides],
+        ),
+        row(
+            "dev accuracy after the last epoch (each run)",
+            [each([100 * a for a in x["dev_accuracy"]]) for x in sides],
+        ),
+    ]
     if all("train_loop_minor_faults" in x for x in sides):
-        lines.append(row(
-            "minor page faults in the training loop",
-            [f"{x['train_loop_minor_faults'] / 1e3:.0f} k" for x in sides],
-        ))  # fmt: skip
+        lines.append(
+            row(
+                "minor page faults in the training loop",
+                [f"{x['train_loop_minor_faults'] / 1e3:.0f} k" for x in sides],
+            )
+        )
     if all("minor_faults" in x for x in sides):
-        lines.append(row(
-            "minor page faults of the whole run / its peak resident memory",
-            [f"{x['minor_faults'] / 1e3:.0f} k / {x['peak_rss_mb']:.0f} MB" for x in sides],
-        ))  # fmt: skip
+        lines.append(
+            row(
+                "minor page faults of the whole run / its peak resident memory",
+                [f"{x['minor_faults'] / 1e3:.0f} k / {x['peak_rss_mb']:.0f} MB" for x in sides],
+            )
+        )
     if fl:
         peak = fl["peak_flop_per_s"]
         formula = ft["runs"][0]["flops"]["formula"]
         lines += [
-            row(f"achieved training FLOP/s ({formula})",
-                [_flops_cell(n, x, fl) for n, x in zip(names, sides, strict=True)]),
-            row(f"measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
+            row(
+                f"achieved training FLOP/s ({formula})",
+                [_flops_cell(n, x, fl) for n, x in zip(names, sides, strict=True)],
+            ),
+            row(
+                f"measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
                 f"{fl['repeats']}: fp32 / bf16",
                 [f"{peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G"]
-                + [""] * (len(names) - 1)),
-        ]  # fmt: skip
+                + [""] * (len(names) - 1),
+            ),
+        ]
     return lines
 
 
@@ -817,7 +873,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
     p.add_argument("--matmul-n", type=int, default=2048)
-    return p  # fmt: skip
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -836,8 +892,12 @@ def main(argv: list[str] | None = None) -> None:
         state["table"] = table(state)
         atomic_write_json(args.out, state)
 
-    parts = {"grid": run_grid, "finetune": run_finetune, "flops": run_flops,
-             "table": lambda *_: None}  # fmt: skip
+    parts = {
+        "grid": run_grid,
+        "finetune": run_finetune,
+        "flops": run_flops,
+        "table": lambda *_: None,
+    }
     for name in args.parts.split(","):
         if name not in parts:
             raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")

@@ -19,8 +19,13 @@ from conftest import CONF, ROOT
 
 GROUPS = ["encoder", "head", "freeze", "task", "trainer", "optim"]
 OFFLINE_ENCODERS = ["minilm", "tiny_bert", "tiny_roberta"]
-HUB_ENCODERS = ["bert_base_uncased", "bert_base_cased", "roberta_base", "distilroberta_base",
-                "deberta_v3_base"]  # fmt: skip
+HUB_ENCODERS = [
+    "bert_base_uncased",
+    "bert_base_cased",
+    "roberta_base",
+    "distilroberta_base",
+    "deberta_v3_base",
+]
 
 
 def options(group: str) -> list[str]:
@@ -31,9 +36,13 @@ def build(cfg) -> HeadbenchModule:
     plain = OmegaConf.to_container(cfg, resolve=True)
     task = plain["task"]["name"]
     return HeadbenchModule(
-        encoder=plain["encoder"], head=plain["head"], freeze=plain["freeze"], task=task,
-        optim=plain["optim"], dev_names=list(ALL_TASKS[task].dev),
-    )  # fmt: skip
+        encoder=plain["encoder"],
+        head=plain["head"],
+        freeze=plain["freeze"],
+        task=task,
+        optim=plain["optim"],
+        dev_names=list(ALL_TASKS[task].dev),
+    )
 
 
 def test_the_groups_hold_exactly_the_registered_names():
@@ -82,8 +91,13 @@ def test_every_offline_option_builds_a_module(compose_cfg, overrides):
     counts = module.parameter_counts()
     assert counts["total"] == counts["encoder_total"] + counts["head"]
     tok = load_tokenizer(OmegaConf.to_container(cfg.encoder))
-    batch = dict(tok(["a short one", "and a somewhat longer sentence here"], padding=True,
-                     return_tensors="pt"))  # fmt: skip
+    batch = dict(
+        tok(
+            ["a short one", "and a somewhat longer sentence here"],
+            padding=True,
+            return_tensors="pt",
+        )
+    )
     logits = module.eval()(batch)
     assert logits.shape == (2, TASKS[cfg.task.name].num_labels)
 
@@ -107,9 +121,13 @@ def test_hub_encoders_build(compose_cfg, encoder):
 
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=300, env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.mark.parametrize(
@@ -144,14 +162,20 @@ def test_every_head_builds_for_a_token_task_with_logits_per_token(compose_cfg, e
     assert cfg.head.pool is None  # a token task pools nothing (hb.by_task_kind)
     module = build(cfg)
     tok = load_tokenizer(OmegaConf.to_container(cfg.encoder))
-    batch = dict(tok(["a short one", "and a somewhat longer sentence here"], padding=True,
-                     return_tensors="pt"))  # fmt: skip
+    batch = dict(
+        tok(
+            ["a short one", "and a somewhat longer sentence here"],
+            padding=True,
+            return_tensors="pt",
+        )
+    )
     logits = module.eval()(batch)
     assert logits.shape == (*batch["input_ids"].shape, TOKEN_TASKS["conll2003"].num_labels)
 
 
 def test_named_layers_and_crf_compose_from_the_command_line(compose_cfg):
-    cfg = compose_cfg("task=conll2003", "head=bilstm", "head.layers=sum_all", "+head.crf=true",
-                      "seed=1")  # fmt: skip
+    cfg = compose_cfg(
+        "task=conll2003", "head=bilstm", "head.layers=sum_all", "+head.crf=true", "seed=1"
+    )
     assert cfg.head.layers == "sum_all" and cfg.head.crf is True and cfg.head.lstm_layers == 2
     assert compose_cfg("task=sst2", "head=bilstm", "seed=1").head.lstm_layers == 1

@@ -27,9 +27,19 @@ from bench.run.distributed import SpawnDDPStrategy, drop_output_capturing_hooks
 from bench.run.train import run
 from conftest import ENCODERS, ROOT
 
-CELL = ("task=stsb", "encoder=tiny_bert", "head=linear", "head.dropout=0", "freeze=frozen",
-        "seed=1", "data.train_size=128", "data.max_length=32", "trainer.max_epochs=2",
-        "optim.warmup_ratio=0", "report_file=null")  # fmt: skip
+CELL = (
+    "task=stsb",
+    "encoder=tiny_bert",
+    "head=linear",
+    "head.dropout=0",
+    "freeze=frozen",
+    "seed=1",
+    "data.train_size=128",
+    "data.max_length=32",
+    "trainer.max_epochs=2",
+    "optim.warmup_ratio=0",
+    "report_file=null",
+)
 RUN = "stsb/tiny_bert/linear/frozen/seed=1"
 
 
@@ -39,8 +49,12 @@ def _bench(*args: str, tmp: Path, multirun: bool = False, cell: tuple[str, ...] 
     flags = ["-m"] if multirun else []
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *flags, *cell, *args, f"cache.dir={tmp}/cache"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -56,12 +70,18 @@ def test_a_two_process_ddp_cell_writes_one_result_matching_one_process(
     compose_cfg, data_dir, tmp_path
 ):
     ddp_runs, single_runs = tmp_path / "ddp", tmp_path / "single"
-    _bench("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=64",
-           f"runs_dir={ddp_runs}", f"results_dir={tmp_path}/results", tmp=tmp_path,
-           multirun=True)  # fmt: skip
+    _bench(
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "data.batch_size=64",
+        f"runs_dir={ddp_runs}",
+        f"results_dir={tmp_path}/results",
+        tmp=tmp_path,
+        multirun=True,
+    )
     # the single-process reference runs in this process (same code path below Hydra's main)
-    run(compose_cfg(*CELL, "data.batch_size=128", f"cache.dir={tmp_path}/cache"),
-        single_runs / RUN)  # fmt: skip
+    run(compose_cfg(*CELL, "data.batch_size=128", f"cache.dir={tmp_path}/cache"), single_runs / RUN)
 
     assert [p.relative_to(ddp_runs).as_posix() for p in ddp_runs.rglob("result.json")] == [
         f"{RUN}/result.json"
@@ -96,8 +116,9 @@ def test_trainer_ddp_composes_to_the_spawn_strategy(compose_cfg):
     assert config_hash(cfg) != config_hash(compose_cfg("seed=1"))  # DDP changes the numbers
     from bench.run.distributed import trainer_strategy
 
-    kwargs = trainer_strategy({"strategy": "ddp_spawn", "devices": 2,
-                               "process_group_backend": "gloo"})  # fmt: skip
+    kwargs = trainer_strategy(
+        {"strategy": "ddp_spawn", "devices": 2, "process_group_backend": "gloo"}
+    )
     assert isinstance(kwargs["strategy"], SpawnDDPStrategy)
     assert "process_group_backend" not in kwargs
     assert kwargs["strategy"].process_group_backend == "gloo"
@@ -137,8 +158,13 @@ class _Recorder(L.LightningModule):
 
 def test_the_spawn_launcher_sends_a_large_run_record_through_a_file_not_the_queue():
     """Lightning joins the ranks before reading its queue: >64 KiB in it would deadlock."""
-    trainer = L.Trainer(strategy=SpawnDDPStrategy(), accelerator="cpu", devices=2,
-                        logger=False, enable_checkpointing=False)  # fmt: skip
+    trainer = L.Trainer(
+        strategy=SpawnDDPStrategy(),
+        accelerator="cpu",
+        devices=2,
+        logger=False,
+        enable_checkpointing=False,
+    )
     launcher = trainer.strategy.launcher
     record = {"best": {"predictions": {"dev": {"idx": list(range(200_000))}}}, "history": []}
     trainer.strategy.connect(_Recorder(record))  # what rank 0 holds after fit
@@ -158,16 +184,31 @@ def test_a_ddp_token_task_cell_scores_every_sentence_once(compose_cfg, data_dir,
     The token loss is a mean over each rank's words, so DDP and one process weight words
     slightly differently: scores agree closely, not to rounding.
     """
-    cell = ("task=conll2003", "data.train_size=64", "trainer.max_epochs=1",
-            *(o for o in CELL if o.split("=")[0] not in ("task", "data.train_size",
-                                                           "trainer.max_epochs")))  # fmt: skip
+    cell = (
+        "task=conll2003",
+        "data.train_size=64",
+        "trainer.max_epochs=1",
+        *(
+            o
+            for o in CELL
+            if o.split("=")[0] not in ("task", "data.train_size", "trainer.max_epochs")
+        ),
+    )
     ddp_runs = tmp_path / "ddp"
-    _bench("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=32",
-           f"runs_dir={ddp_runs}", tmp=tmp_path, cell=cell)  # fmt: skip
+    _bench(
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "data.batch_size=32",
+        f"runs_dir={ddp_runs}",
+        tmp=tmp_path,
+        cell=cell,
+    )
     run_dir = ddp_runs / "conll2003/tiny_bert/linear/frozen/seed=1"
     ddp = json.loads((run_dir / "result.json").read_text())
-    single = run(compose_cfg(*cell, "data.batch_size=64", f"cache.dir={tmp_path}/cache"),
-                 tmp_path / "single")  # fmt: skip
+    single = run(
+        compose_cfg(*cell, "data.batch_size=64", f"cache.dir={tmp_path}/cache"), tmp_path / "single"
+    )
     assert ddp["status"] == single["status"] == "ok"
     assert ddp["best"]["metrics"]["dev"]["f1"] == pytest.approx(
         single["best"]["metrics"]["dev"]["f1"], abs=2e-3

@@ -22,29 +22,59 @@ from bench.model.module import HeadbenchModule
 from bench.run.train import run
 from conftest import ENCODERS, ROOT
 
-OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-3, "frozen_head_lr": 1e-2, "weight_decay": 0.0,
-         "warmup_ratio": 0.0}  # fmt: skip
+OPTIM = {
+    "encoder_lr": 1e-3,
+    "head_lr": 1e-3,
+    "frozen_head_lr": 1e-2,
+    "weight_decay": 0.0,
+    "warmup_ratio": 0.0,
+}
 HEADS = {
     "linear": {"name": "linear", "layers": [-1], "pool": "cls", "dropout": 0.1},
-    "last4_concat": {"name": "last4_concat", "layers": [-4, -3, -2, -1], "pool": "cls",
-                     "dropout": 0.1},
-    "bilstm": {"name": "bilstm", "layers": [-1], "pool": "final", "lstm_hidden": 16,
-               "dropout": 0.1},
-}  # fmt: skip
+    "last4_concat": {
+        "name": "last4_concat",
+        "layers": [-4, -3, -2, -1],
+        "pool": "cls",
+        "dropout": 0.1,
+    },
+    "bilstm": {
+        "name": "bilstm",
+        "layers": [-1],
+        "pool": "final",
+        "lstm_hidden": 16,
+        "dropout": 0.1,
+    },
+}
 
 
-def _cell(data_dir, head="linear", freeze="frozen", k=None, max_length=32, train_size=40,
-          data_seed=0, encoder="tiny_bert"):  # fmt: skip
+def _cell(
+    data_dir,
+    head="linear",
+    freeze="frozen",
+    k=None,
+    max_length=32,
+    train_size=40,
+    data_seed=0,
+    encoder="tiny_bert",
+):
     torch.manual_seed(0)
     spec = get_task("sst2")
     tokenizer = load_tokenizer(ENCODERS[encoder])
-    dm = GlueDataModule(spec, tokenizer, data_dir=data_dir, train_size=train_size,
-                        data_seed=data_seed, max_length=max_length, batch_size=8,
-                        eval_batch_size=16)  # fmt: skip
+    dm = GlueDataModule(
+        spec,
+        tokenizer,
+        data_dir=data_dir,
+        train_size=train_size,
+        data_seed=data_seed,
+        max_length=max_length,
+        batch_size=8,
+        eval_batch_size=16,
+    )
     dm.setup("fit")
     dm.dev["dev"].examples = dm.dev["dev"].examples[:48]  # a small dev split keeps tests fast
-    module = HeadbenchModule(ENCODERS[encoder], HEADS[head], {"name": freeze, "k": k}, "sst2",
-                             OPTIM, dm.dev_names)  # fmt: skip
+    module = HeadbenchModule(
+        ENCODERS[encoder], HEADS[head], {"name": freeze, "k": k}, "sst2", OPTIM, dm.dev_names
+    )
     return module, dm
 
 
@@ -105,8 +135,10 @@ def test_partial_cache_runs_only_the_top_layers_with_the_same_logits(data_dir, t
     assert info["top_from"] == 2 and info["layers"] == [1, 2] and info["dtype"] == "float32"
     layers = module.encoder.encoder.layer
     calls = []
-    hooks = [layer.register_forward_hook(lambda *_, i=i: calls.append(i))
-             for i, layer in enumerate(layers)]  # fmt: skip
+    hooks = [
+        layer.register_forward_hook(lambda *_, i=i: calls.append(i))
+        for i, layer in enumerate(layers)
+    ]
     batch = _first_batch(dm)
     cached = module(batch)
     assert calls == [2, 3]  # the two frozen layers never run
@@ -169,10 +201,15 @@ def test_one_encoder_pass_serves_every_head_and_top_k_cell_after_it(data_dir, tm
     assert _layer_files(tmp_path, "train") == _layer_files(tmp_path, "dev") == [0, 1, 2, 3, 4]
     log = tmp_path / "features" / BUILD_LOG
     builds = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(b["split"], b["layers"]) for b in builds] == [("train", [0, 1, 2, 3, 4]),
-                                                           ("dev", [0, 1, 2, 3, 4])]  # fmt: skip
-    for head, freeze, k in [("last4_concat", "frozen", None), ("bilstm", "frozen", None),
-                            ("last4_concat", "top_k", 2)]:  # fmt: skip
+    assert [(b["split"], b["layers"]) for b in builds] == [
+        ("train", [0, 1, 2, 3, 4]),
+        ("dev", [0, 1, 2, 3, 4]),
+    ]
+    for head, freeze, k in [
+        ("last4_concat", "frozen", None),
+        ("bilstm", "frozen", None),
+        ("last4_concat", "top_k", 2),
+    ]:
         module, dm = _cell(data_dir, head=head, freeze=freeze, k=k)
         module.eval()
         with torch.no_grad():
@@ -196,8 +233,10 @@ def test_store_layers_choices_and_the_auto_size_limit(data_dir, tmp_path):
     module, dm = _cell(data_dir, head="last4_concat")  # needs 1-4; 3 and 4 are on disk
     info = _serve(module, dm, {"dir": tmp_path / "b", "store_layers": "head"})
     assert info["misses"] == ["train", "dev"] and info["stored"] == [1, 2]
-    for bad, match in [("some", r"cache.store_layers='some'; valid choices: auto, head, all"),
-                       ([9], r"cache.store_layers: head.layers contains 9")]:  # fmt: skip
+    for bad, match in [
+        ("some", r"cache.store_layers='some'; valid choices: auto, head, all"),
+        ([9], r"cache.store_layers: head.layers contains 9"),
+    ]:
         module, dm = _cell(data_dir)
         with pytest.raises(ConfigError, match=match):
             _serve(module, dm, {"dir": tmp_path / "c", "store_layers": bad})
@@ -233,8 +272,10 @@ _WORKER = textwrap.dedent(
 def test_two_processes_filling_one_entry_leave_one_valid_entry(tmp_path):
     log = tmp_path / "builds.log"
     script = _WORKER.format(root=str(ROOT), log=str(log), root_dir=str(tmp_path / "cache"))
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=120)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sorted(o[0] for o in outputs) == ["built", "hit"]
@@ -242,7 +283,9 @@ def test_two_processes_filling_one_entry_leave_one_valid_entry(tmp_path):
     assert log.read_text().count("built") == 1  # the encoder forward ran once
     entries = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert sorted(p.suffix for p in entries if p.suffix not in (".lock", ".jsonl")) == [
-        ".safetensors", ".safetensors"]  # layers 3 and 4  # fmt: skip
+        ".safetensors",
+        ".safetensors",
+    ]  # layers 3 and 4
     lines = (tmp_path / "cache" / BUILD_LOG).read_text().splitlines()
     builds = [json.loads(line) for line in lines]
     assert [(b["split"], b["layers"]) for b in builds] == [("train", [3, 4])]  # the cache's count
@@ -261,10 +304,20 @@ def test_a_wrong_example_count_is_not_served(tmp_path):
 
 
 def test_cached_and_uncached_frozen_cells_score_alike(compose_cfg, data_dir, tmp_path):
-    common = ("encoder=tiny_bert", "head=linear", "freeze=frozen", "task=rte", "seed=3",
-              "data.train_size=64", f"data.dir={data_dir}", "trainer.max_epochs=2",
-              "data.max_length=48", "data.group_by_length=true", f"cache.dir={tmp_path / 'c'}",
-              "cache.dtype=float32")  # fmt: skip
+    common = (
+        "encoder=tiny_bert",
+        "head=linear",
+        "freeze=frozen",
+        "task=rte",
+        "seed=3",
+        "data.train_size=64",
+        f"data.dir={data_dir}",
+        "trainer.max_epochs=2",
+        "data.max_length=48",
+        "data.group_by_length=true",
+        f"cache.dir={tmp_path / 'c'}",
+        "cache.dtype=float32",
+    )
     cached = run(compose_cfg(*common), tmp_path / "cached")
     uncached_cfg = compose_cfg(*common, "cache.enabled=false")
     uncached = run(uncached_cfg, tmp_path / "uncached")
@@ -288,9 +341,19 @@ def test_new_data_keys_leave_existing_config_hashes_alone(compose_cfg):
 
 
 def test_bf16_mixed_precision_trains_a_cached_top_k_cell(compose_cfg, data_dir, tmp_path):
-    common = ("encoder=tiny_bert", "head=linear", "freeze=top_k", "freeze.k=1", "task=sst2",
-              "seed=1", "data.train_size=32", f"data.dir={data_dir}", "trainer.max_epochs=1",
-              "data.max_length=32", f"cache.dir={tmp_path / 'c'}")  # fmt: skip
+    common = (
+        "encoder=tiny_bert",
+        "head=linear",
+        "freeze=top_k",
+        "freeze.k=1",
+        "task=sst2",
+        "seed=1",
+        "data.train_size=32",
+        f"data.dir={data_dir}",
+        "trainer.max_epochs=1",
+        "data.max_length=32",
+        f"cache.dir={tmp_path / 'c'}",
+    )
     cfg = compose_cfg(*common, "trainer.precision=bf16-mixed")
     result = run(cfg, tmp_path / "run")
     assert result["status"] == "ok", result.get("reason")
@@ -302,15 +365,23 @@ def test_token_task_cells_read_cached_states_too(data_dir, tmp_path):
     from bench.data.token_datamodule import TokenDataModule
 
     torch.manual_seed(0)
-    dm = TokenDataModule(get_task("conll2003"), load_tokenizer(ENCODERS["tiny_bert"]),
-                         data_dir=data_dir, train_size=16, data_seed=0, max_length=32,
-                         batch_size=8, eval_batch_size=16)  # fmt: skip
+    dm = TokenDataModule(
+        get_task("conll2003"),
+        load_tokenizer(ENCODERS["tiny_bert"]),
+        data_dir=data_dir,
+        train_size=16,
+        data_seed=0,
+        max_length=32,
+        batch_size=8,
+        eval_batch_size=16,
+    )
     dm.setup("fit")
     for name in dm.dev_names:
         dm.dev[name].examples = dm.dev[name].examples[:32]
     head = {"name": "bilstm", "layers": [-1], "pool": None, "lstm_hidden": 16, "dropout": 0.1}
-    module = HeadbenchModule(ENCODERS["tiny_bert"], head, {"name": "frozen"}, "conll2003", OPTIM,
-                             dm.dev_names)  # fmt: skip
+    module = HeadbenchModule(
+        ENCODERS["tiny_bert"], head, {"name": "frozen"}, "conll2003", OPTIM, dm.dev_names
+    )
     module.eval()
     with torch.no_grad():
         uncached = module(_first_batch(dm))

@@ -22,8 +22,13 @@ def test_the_readme_block_is_what_the_committed_results_give():
 def test_the_significant_difference_matches_an_independent_computation():
     """Recompute the RTE fine-tuned BiLSTM - linear margin and p from results.csv alone."""
     table = pd.read_csv(RESULTS / "cpu_stability" / "results.csv")
-    rows = table[(table.task == "rte") & (table.split == "dev") & (table.metric == "accuracy")
-                 & (table.freeze_label == "full") & (table.status == "ok")]  # fmt: skip
+    rows = table[
+        (table.task == "rte")
+        & (table.split == "dev")
+        & (table.metric == "accuracy")
+        & (table.freeze_label == "full")
+        & (table.status == "ok")
+    ]
     pivot = rows.pivot_table(index="seed", columns="head_label", values="value")
     diff = (pivot["bilstm"] - pivot["linear"]).to_numpy()
     p = wilcoxon(diff, alternative="two-sided", method="exact").pvalue

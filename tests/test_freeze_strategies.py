@@ -22,8 +22,13 @@ from bench.model.module import HeadbenchModule
 from bench.results.collect import tidy
 from conftest import ENCODERS
 
-OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 2e-2, "weight_decay": 0.01,
-         "warmup_ratio": 0.0}  # fmt: skip
+OPTIM = {
+    "encoder_lr": 1e-3,
+    "head_lr": 1e-2,
+    "frozen_head_lr": 2e-2,
+    "weight_decay": 0.01,
+    "warmup_ratio": 0.0,
+}
 TINY = ENCODERS["tiny_bert"]
 STEPS_PER_EPOCH = 4
 
@@ -36,17 +41,28 @@ def _module(freeze, encoder=TINY):
 
 def _datamodule(data_dir, encoder=TINY):
     return GlueDataModule(
-        get_task("sst2"), load_tokenizer(encoder), data_dir=data_dir, train_size=64,
-        data_seed=0, max_length=32, batch_size=16, eval_batch_size=64,
-    )  # fmt: skip
+        get_task("sst2"),
+        load_tokenizer(encoder),
+        data_dir=data_dir,
+        train_size=64,
+        data_seed=0,
+        max_length=32,
+        batch_size=16,
+        eval_batch_size=64,
+    )
 
 
 def _fit(module, data_dir, epochs=1, callbacks=()):
     trainer = L.Trainer(
-        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        num_sanity_val_steps=0, callbacks=list(callbacks), enable_model_summary=False,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+        enable_model_summary=False,
         limit_val_batches=1,
-    )  # fmt: skip
+    )
     trainer.fit(module, datamodule=_datamodule(data_dir))
     return trainer
 
@@ -199,8 +215,9 @@ def test_lpft_encoder_is_unchanged_by_the_probe_and_changed_by_fine_tuning(data_
     assert lrs[7]["encoder/decay"] == pytest.approx(OPTIM["encoder_lr"] / 4)
     history = module.adaptation.trainable_history
     assert [(h["epoch"], h["step"], h["unfrozen"]) for h in history] == [
-        (0, 0, []), (1, 4, ["encoder"])
-    ]  # fmt: skip
+        (0, 0, []),
+        (1, 4, ["encoder"]),
+    ]
     counts = module.parameter_counts()
     assert counts["trainable"] == history[-1]["trainable"] == counts["total"]  # the maximum
 
@@ -218,8 +235,12 @@ def test_gradual_unfreezes_top_down_in_order(data_dir):
     _fit(module, data_dir, epochs=3, callbacks=[watch])
     # a unit unfrozen at boundary b is first updated by step b + 1
     assert watch.first_change == {
-        "layer4": 3, "layer3": 5, "layer2": 7, "layer1": 9, "embeddings": 11
-    }  # fmt: skip
+        "layer4": 3,
+        "layer3": 5,
+        "layer2": 7,
+        "layer1": 9,
+        "embeddings": 11,
+    }
     for step, modes in watch.modes:  # frozen units in eval mode, unfrozen ones training
         unfrozen = {u for u, first in watch.first_change.items() if first <= step}
         assert {u for u, training in modes.items() if training} == unfrozen, step
@@ -244,9 +265,18 @@ def test_gradual_by_epoch_with_layer_groups(data_dir):
 def test_result_reports_the_maximum_trainable_count(compose_cfg, data_dir, tmp_path):
     from bench.run.train import run
 
-    cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "freeze=gradual", "freeze.every=3",
-                      "seed=1", "data.train_size=64", "data.batch_size=16", "data.max_length=32",
-                      "trainer.max_epochs=1", f"data.dir={data_dir}")  # fmt: skip
+    cfg = compose_cfg(
+        "encoder=tiny_bert",
+        "task=sst2",
+        "freeze=gradual",
+        "freeze.every=3",
+        "seed=1",
+        "data.train_size=64",
+        "data.batch_size=16",
+        "data.max_length=32",
+        "trainer.max_epochs=1",
+        f"data.dir={data_dir}",
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "ok", result.get("reason")
     on_disk = json.loads((tmp_path / "result.json").read_text())
@@ -326,9 +356,15 @@ def test_lora_targets_default_per_family_and_unknown_names_are_config_errors():
 
 @pytest.mark.parametrize(
     ("option", "label"),
-    [("lpft", "lpft"), ("gradual", "gradual"), ("llrd", "llrd"), ("reinit_top", "reinit2"),
-     ("lora", "lora"), ("bitfit", "bitfit")],
-)  # fmt: skip
+    [
+        ("lpft", "lpft"),
+        ("gradual", "gradual"),
+        ("llrd", "llrd"),
+        ("reinit_top", "reinit2"),
+        ("lora", "lora"),
+        ("bitfit", "bitfit"),
+    ],
+)
 def test_every_strategy_has_a_config_option(compose_cfg, option, label):
     cfg = compose_cfg(f"freeze={option}", "seed=1")
     assert cfg.freeze.name == option and cfg.freeze.label == label

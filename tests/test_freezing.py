@@ -14,8 +14,13 @@ from bench.model.module import HeadbenchModule
 from bench.model.tiny import ARCH
 from conftest import ENCODERS
 
-OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 1e-2, "weight_decay": 0.01,
-         "warmup_ratio": 0.0}  # fmt: skip
+OPTIM = {
+    "encoder_lr": 1e-3,
+    "head_lr": 1e-2,
+    "frozen_head_lr": 1e-2,
+    "weight_decay": 0.01,
+    "warmup_ratio": 0.0,
+}
 TINY = ENCODERS["tiny_bert"]
 
 
@@ -87,9 +92,14 @@ class _ModeProbe(L.Callback):
 def _fit(module, data_dir, probe=None):
     dm = GlueDataModule(get_task("sst2"), load_tokenizer(TINY), data_dir, 96, 0, 32, 16, 64)
     trainer = L.Trainer(
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        num_sanity_val_steps=0, callbacks=[probe] if probe else [], enable_model_summary=False,
-    )  # fmt: skip
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        callbacks=[probe] if probe else [],
+        enable_model_summary=False,
+    )
     trainer.fit(module, datamodule=dm)
 
 
@@ -137,8 +147,13 @@ def test_optimizer_groups_split_encoder_and_head_and_decay(data_dir):
     torch.manual_seed(0)
     module = _module({"name": "top_k", "k": 1})
     dm = GlueDataModule(get_task("sst2"), load_tokenizer(TINY), data_dir, 64, 0, 32, 16, 64)
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=dm)
     groups = {g["name"]: g for g in trainer.optimizers[0].param_groups}
     assert set(groups) == {"encoder/decay", "encoder/no_decay", "head/decay", "head/no_decay"}

@@ -27,9 +27,19 @@ needs_plugins = pytest.mark.skipif(
     reason="pip install 'headbench[joblib,slurm]' (nox -s tests does)",
 )
 
-SWEEP = ("-m", "task=sst2", "encoder=tiny_bert", "head=linear", "freeze=frozen,full", "seed=1,2",
-         "data.train_size=32", "data.max_length=32", "data.batch_size=16", "trainer.max_epochs=1",
-         "report_file=null")  # fmt: skip
+SWEEP = (
+    "-m",
+    "task=sst2",
+    "encoder=tiny_bert",
+    "head=linear",
+    "freeze=frozen,full",
+    "seed=1,2",
+    "data.train_size=32",
+    "data.max_length=32",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "report_file=null",
+)
 LAUNCHERS = {
     "basic": (),
     "joblib": ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
@@ -53,10 +63,21 @@ def sweeps(data_dir, tmp_path_factory) -> dict[str, Path]:
         base = root / name
         log = (root / f"{name}.log").open("w")
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "bench", *SWEEP, *launcher, f"runs_dir={base}/runs",
-             f"results_dir={base}/results", f"cache.dir={base}/cache"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                *SWEEP,
+                *launcher,
+                f"runs_dir={base}/runs",
+                f"results_dir={base}/results",
+                f"cache.dir={base}/cache",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     for name, proc in procs.items():
         code = proc.wait(timeout=900)
         assert code == 0, f"{name}: {(root / f'{name}.log').read_text()[-3000:]}"
@@ -80,8 +101,11 @@ def test_every_launcher_collects_the_same_table(sweeps):
     basic = _scores(sweeps["basic"] / "results")
     assert len(basic) == 4 and set(basic["status"]) == {"ok"}
     assert sorted(zip(basic["freeze_label"], basic["seed"], strict=True)) == [
-        ("frozen", 1), ("frozen", 2), ("full", 1), ("full", 2)
-    ]  # fmt: skip
+        ("frozen", 1),
+        ("frozen", 2),
+        ("full", 1),
+        ("full", 2),
+    ]
     for name in (n for n in LAUNCHERS if n != "basic"):  # ray too, where it is installed
         other = sweeps[name] / "results"
         pd.testing.assert_frame_equal(_scores(other), basic, rtol=1e-6, obj=name)
@@ -112,10 +136,15 @@ def test_two_concurrent_jobs_needing_one_cache_entry_run_the_encoder_once(sweeps
 
 def test_every_launcher_preset_has_a_plugin_entry_and_composes(compose_cfg):
     presets = sorted(p.stem for p in (ROOT / "conf" / "hydra" / "launcher").glob("*.yaml"))
-    assert presets == sorted(LAUNCHER_PLUGINS) == ["joblib", "ray", "submitit_local",
-                                                   "submitit_slurm"]  # fmt: skip
-    cfg = compose_cfg("seed=1", "hydra/launcher=submitit_slurm",
-                      "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_task=2")  # fmt: skip
+    assert (
+        presets == sorted(LAUNCHER_PLUGINS) == ["joblib", "ray", "submitit_local", "submitit_slurm"]
+    )
+    cfg = compose_cfg(
+        "seed=1",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.gpus_per_task=2",
+    )
     assert cfg.seed == 1  # the launcher knobs are Hydra's; composing them must not fail
 
 
@@ -128,10 +157,20 @@ def test_a_launcher_without_its_plugin_names_the_extra_to_install(tmp_path):
         pytest.skip("the ray plugin is installed here")
     assert "pip install 'headbench[ray]'" in message
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "-m", "seed=1", "hydra/launcher=ray",
-         f"runs_dir={tmp_path}/runs"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "-m",
+            "seed=1",
+            "hydra/launcher=ray",
+            f"runs_dir={tmp_path}/runs",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.strip() == message
     assert not (tmp_path / "runs").exists()
 

@@ -11,13 +11,31 @@ from conftest import ROOT
 
 def test_each_lightning_line_appears_once_and_no_tips(data_dir, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "-m", "encoder=tiny_bert", "head=linear",
-         "freeze=frozen", "task=sst2", "seed=1,2", "data.train_size=32", "data.max_length=16",
-         "trainer.max_epochs=1", f"data.dir={data_dir}", f"runs_dir={tmp_path}/runs",
-         f"results_dir={tmp_path}/results", f"cache.dir={tmp_path}/cache", "report_file=null"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "-m",
+            "encoder=tiny_bert",
+            "head=linear",
+            "freeze=frozen",
+            "task=sst2",
+            "seed=1,2",
+            "data.train_size=32",
+            "data.max_length=16",
+            "trainer.max_epochs=1",
+            f"data.dir={data_dir}",
+            f"runs_dir={tmp_path}/runs",
+            f"results_dir={tmp_path}/results",
+            f"cache.dir={tmp_path}/cache",
+            "report_file=null",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
     assert output.count("`Trainer.fit` stopped") == 2, output[-3000:]  # one per cell

@@ -12,8 +12,13 @@ from bench.model.module import HeadbenchModule
 from conftest import ENCODERS
 
 TINY = ENCODERS["tiny_bert"]
-OPTIM = {"encoder_lr": 1e-3, "head_lr": 1e-2, "frozen_head_lr": 2e-2, "weight_decay": 0.01,
-         "warmup_ratio": 0.1}  # fmt: skip
+OPTIM = {
+    "encoder_lr": 1e-3,
+    "head_lr": 1e-2,
+    "frozen_head_lr": 2e-2,
+    "weight_decay": 0.01,
+    "warmup_ratio": 0.1,
+}
 
 
 class _LightningDefaultStep(HeadbenchModule):
@@ -34,17 +39,36 @@ class _Grads(L.Callback):
 
 def _fit(cls: type[HeadbenchModule], data_dir, accumulate: int) -> tuple[HeadbenchModule, _Grads]:
     L.seed_everything(3, workers=True, verbose=False)
-    module = cls(encoder=TINY, head={"name": "pooler", "init": "random"}, freeze={"name": "full"},
-                 task="sst2", optim=OPTIM)  # fmt: skip
-    data = GlueDataModule(get_task("sst2"), load_tokenizer(TINY), data_dir=data_dir,
-                          train_size=64, data_seed=0, max_length=32, batch_size=8,
-                          eval_batch_size=64)  # fmt: skip
+    module = cls(
+        encoder=TINY,
+        head={"name": "pooler", "init": "random"},
+        freeze={"name": "full"},
+        task="sst2",
+        optim=OPTIM,
+    )
+    data = GlueDataModule(
+        get_task("sst2"),
+        load_tokenizer(TINY),
+        data_dir=data_dir,
+        train_size=64,
+        data_seed=0,
+        max_length=32,
+        batch_size=8,
+        eval_batch_size=64,
+    )
     grads = _Grads()
     trainer = L.Trainer(
-        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        num_sanity_val_steps=0, callbacks=[grads], enable_model_summary=False,
-        limit_val_batches=1, gradient_clip_val=1.0, accumulate_grad_batches=accumulate,
-    )  # fmt: skip
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        callbacks=[grads],
+        enable_model_summary=False,
+        limit_val_batches=1,
+        gradient_clip_val=1.0,
+        accumulate_grad_batches=accumulate,
+    )
     trainer.fit(module, datamodule=data)
     return module, grads
 

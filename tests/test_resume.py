@@ -26,15 +26,23 @@ from bench.run.resume import (
 )
 from conftest import CONF, ROOT
 
-TINY = ("encoder=tiny_bert", "data.train_size=48", "trainer.max_epochs=1", "data.max_length=32",
-        "data.batch_size=16")  # fmt: skip
+TINY = (
+    "encoder=tiny_bert",
+    "data.train_size=48",
+    "trainer.max_epochs=1",
+    "data.max_length=32",
+    "data.batch_size=16",
+)
 
 
 def _bench(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "bench", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -101,8 +109,14 @@ def test_which_cells_run_again(state, rerun_failed, force, expected):
 
 
 def test_clearing_a_run_directory_keeps_only_hydras_config(tmp_path):
-    for name in ("result.json", "predictions_dev.csv", ".result.json.x1.tmp", "logs/metrics.csv",
-                 "tb/events.out", ".hydra/config.yaml"):  # fmt: skip
+    for name in (
+        "result.json",
+        "predictions_dev.csv",
+        ".result.json.x1.tmp",
+        "logs/metrics.csv",
+        "tb/events.out",
+        ".hydra/config.yaml",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     clear_run_outputs(tmp_path)
@@ -113,14 +127,24 @@ def test_clearing_a_run_directory_keeps_only_hydras_config(tmp_path):
 
 
 def test_collect_keeps_the_latest_result_of_a_duplicated_cell(tmp_path):
-    cell = {"task": "rte", "encoder": "e", "head": "linear", "head_label": "linear",
-            "layers": None, "freeze": "full", "freeze_label": "full", "seed": 1}  # fmt: skip
+    cell = {
+        "task": "rte",
+        "encoder": "e",
+        "head": "linear",
+        "head_label": "linear",
+        "layers": None,
+        "freeze": "full",
+        "freeze_label": "full",
+        "seed": 1,
+    }
     best = {"epoch": 0, "metrics": {"dev": {"accuracy": 0.6}}}
-    _write_result(tmp_path / "a", cell=cell, status="ok", best=best,
-                  finished_at="2026-01-01T00:00:00.000000Z")  # fmt: skip
+    _write_result(
+        tmp_path / "a", cell=cell, status="ok", best=best, finished_at="2026-01-01T00:00:00.000000Z"
+    )
     best = {"epoch": 1, "metrics": {"dev": {"accuracy": 0.7}}}
-    _write_result(tmp_path / "b", cell=cell, status="ok", best=best,
-                  finished_at="2026-01-02T00:00:00.000000Z")  # fmt: skip
+    _write_result(
+        tmp_path / "b", cell=cell, status="ok", best=best, finished_at="2026-01-02T00:00:00.000000Z"
+    )
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "result.json").write_text("{")  # unreadable: reported, not fatal
     table = collect([tmp_path], tmp_path / "out")
@@ -139,9 +163,19 @@ def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_
     (data / "glue").mkdir(parents=True)
     (data / "glue" / "SST-2").symlink_to(data_dir / "glue" / "SST-2")
     runs = tmp_path / "runs"
-    sweep = ("-m", "task=sst2,rte", "head=linear", "freeze=frozen,full", "seed=1",
-             "optim.frozen_head_lr=1e36", "optim.warmup_ratio=0", f"data.dir={data}",
-             f"runs_dir={runs}", f"results_dir={tmp_path}/results", *TINY)  # fmt: skip
+    sweep = (
+        "-m",
+        "task=sst2,rte",
+        "head=linear",
+        "freeze=frozen,full",
+        "seed=1",
+        "optim.frozen_head_lr=1e36",
+        "optim.warmup_ratio=0",
+        f"data.dir={data}",
+        f"runs_dir={runs}",
+        f"results_dir={tmp_path}/results",
+        *TINY,
+    )
     _bench(*sweep)
     status = {cell: r["status"] for cell, r in _results(runs).items()}
     assert status == {
@@ -182,13 +216,24 @@ def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_
 
 def test_a_killed_sweep_resumes_to_every_cell_ok_exactly_once(data_dir, tmp_path):
     runs = tmp_path / "runs"
-    sweep = ("-m", "task=sst2", "head=linear,bilstm", "freeze=frozen", "seed=1,2",
-             f"data.dir={data_dir}", f"runs_dir={runs}", f"results_dir={tmp_path}/results",
-             *TINY)  # fmt: skip
+    sweep = (
+        "-m",
+        "task=sst2",
+        "head=linear,bilstm",
+        "freeze=frozen",
+        "seed=1,2",
+        f"data.dir={data_dir}",
+        f"runs_dir={runs}",
+        f"results_dir={tmp_path}/results",
+        *TINY,
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench", *sweep],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while not list(runs.rglob("result.json")) and time.monotonic() < deadline:
         assert proc.poll() is None, "the sweep ended before it could be killed"
@@ -238,14 +283,27 @@ def test_layers_sst2_is_the_promised_grid(tmp_path):
 
 
 def test_a_sweep_whose_cells_share_a_run_directory_stops_before_training(tmp_path):
-    sweep = ("-m", "task=sst2", "head=linear", "head.layers=last,second_to_last", "seed=1",
-             f"runs_dir={tmp_path}/runs", *TINY)  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "bench", *sweep], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    sweep = (
+        "-m",
+        "task=sst2",
+        "head=linear",
+        "head.dropout=0.1,0.2",  # not part of the derived label
+        "seed=1",
+        f"runs_dir={tmp_path}/runs",
+        f"results_dir={tmp_path}/results",
+        *TINY,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *sweep],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert "1 run directories would be shared" in proc.stderr and "head.label" in proc.stderr
     assert not (tmp_path / "runs").exists()
-    labelled = _bench(*sweep, "head.label=linear-${head.layers}", "--dry-run").stdout
+    labelled = _bench(*sweep, "head.label=linear-d${head.dropout}", "--dry-run").stdout
     assert "2 cells: 2 pending; 2 would run" in labelled and "shared" not in labelled
 
 
@@ -262,8 +320,9 @@ with cell_lock(sys.argv[1]) as mine:
 
 def test_a_cell_another_process_is_training_is_skipped_not_trained_twice(tmp_path):
     run_dir = tmp_path / "runs" / "cell"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert running_elsewhere(run_dir) == CellState("running", "another process is training it")

@@ -12,10 +12,17 @@ from conftest import ENCODERS
 
 
 def _glue(data_dir, root, max_length=32, train_size=50, data_seed=0):
-    dm = GlueDataModule(get_task("mrpc"), load_tokenizer(ENCODERS["tiny_bert"]),
-                        data_dir=data_dir, train_size=train_size, data_seed=data_seed,
-                        max_length=max_length, batch_size=8, eval_batch_size=8,
-                        token_cache_dir=root)  # fmt: skip
+    dm = GlueDataModule(
+        get_task("mrpc"),
+        load_tokenizer(ENCODERS["tiny_bert"]),
+        data_dir=data_dir,
+        train_size=train_size,
+        data_seed=data_seed,
+        max_length=max_length,
+        batch_size=8,
+        eval_batch_size=8,
+        token_cache_dir=root,
+    )
     dm.setup("fit")
     return dm
 
@@ -58,9 +65,17 @@ def test_a_damaged_entry_is_rebuilt(data_dir, tmp_path):
 
 def test_token_task_splits_round_trip_with_their_counters(data_dir, tmp_path):
     def setup(root):
-        dm = TokenDataModule(get_task("conll2003"), load_tokenizer(ENCODERS["tiny_roberta"]),
-                             data_dir=data_dir, train_size=40, data_seed=0, max_length=16,
-                             batch_size=8, eval_batch_size=8, token_cache_dir=root)  # fmt: skip
+        dm = TokenDataModule(
+            get_task("conll2003"),
+            load_tokenizer(ENCODERS["tiny_roberta"]),
+            data_dir=data_dir,
+            train_size=40,
+            data_seed=0,
+            max_length=16,
+            batch_size=8,
+            eval_batch_size=8,
+            token_cache_dir=root,
+        )
         dm.setup("fit")
         return dm
 

@@ -27,9 +27,9 @@ def path_score(crf: CRF, emissions: torch.Tensor, path: tuple[int, ...]) -> floa
     """Score of one path, straight from the definition (constraints as -inf)."""
     allowed, start_ok = iob2_constraints(NAMES)
     constrained = crf.transition_mask.isinf().any()
-    if constrained and (not start_ok[path[0]] or any(
-        not allowed[a, b] for a, b in itertools.pairwise(path)
-    )):  # fmt: skip
+    if constrained and (
+        not start_ok[path[0]] or any(not allowed[a, b] for a, b in itertools.pairwise(path))
+    ):
         return float("-inf")
     score = crf.start[path[0]] + emissions[0, path[0]] + crf.end[path[-1]]
     for t in range(1, len(path)):

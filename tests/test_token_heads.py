@@ -176,8 +176,14 @@ def test_named_layer_choices(name, indices, combine):
 
 def test_sum_all_on_a_deeper_encoder_mixes_every_transformer_layer():
     assert resolve_layers("sum_all", "concat", 12)[0] == list(range(1, 13))
-    assert set(LAYER_CHOICES) == {"embeddings", "last", "second_to_last", "sum_last4",
-                                  "concat_last4", "sum_all"}  # fmt: skip
+    assert set(LAYER_CHOICES) == {
+        "embeddings",
+        "last",
+        "second_to_last",
+        "sum_last4",
+        "concat_last4",
+        "sum_all",
+    }
 
 
 def test_layer_names_work_for_sequence_heads_too():

@@ -64,9 +64,17 @@ def read_predictions(path):
 
 
 def test_token_cell_writes_a_glue_shaped_result(compose_cfg, small_conll, tmp_path):
-    cfg = compose_cfg("task=conll2003", "encoder=tiny_bert", "head=bilstm", "freeze=frozen",
-                      "head.layers=concat_last4", "head.label=bilstm-${.layers}", "seed=1",
-                      f"data.dir={small_conll}", "trainer.max_epochs=2")  # fmt: skip
+    cfg = compose_cfg(
+        "task=conll2003",
+        "encoder=tiny_bert",
+        "head=bilstm",
+        "freeze=frozen",
+        "head.layers=concat_last4",
+        "head.label=bilstm-${.layers}",
+        "seed=1",
+        f"data.dir={small_conll}",
+        "trainer.max_epochs=2",
+    )
     assert cell_path(cfg) == "conll2003/tiny_bert/bilstm-concat_last4/frozen/seed=1"
     result = run(cfg, tmp_path)
     assert result["status"] == "ok", result.get("traceback")
@@ -102,9 +110,17 @@ def test_token_cell_writes_a_glue_shaped_result(compose_cfg, small_conll, tmp_pa
 
 
 def test_crf_and_pooler_heads_on_a_byte_level_bpe_encoder(compose_cfg, small_conll, tmp_path):
-    cfg = compose_cfg("task=conll2003", "encoder=tiny_roberta", "head=pooler", "freeze=full",
-                      "+head.crf=true", "seed=2", f"data.dir={small_conll}",
-                      "trainer.max_epochs=1", "data.max_length=24")  # fmt: skip
+    cfg = compose_cfg(
+        "task=conll2003",
+        "encoder=tiny_roberta",
+        "head=pooler",
+        "freeze=full",
+        "+head.crf=true",
+        "seed=2",
+        f"data.dir={small_conll}",
+        "trainer.max_epochs=1",
+        "data.max_length=24",
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "ok", result.get("traceback")
     assert result["data"]["truncated"]["dev"] > 0 and result["data"]["words_cut"]["dev"] > 0
@@ -116,8 +132,14 @@ def test_crf_and_pooler_heads_on_a_byte_level_bpe_encoder(compose_cfg, small_con
 
 
 def test_a_sequence_only_option_fails_the_cell_naming_the_key(compose_cfg, small_conll, tmp_path):
-    cfg = compose_cfg("task=conll2003", "encoder=tiny_bert", "head=pooler", "head.init=pretrained",
-                      "seed=1", f"data.dir={small_conll}")  # fmt: skip
+    cfg = compose_cfg(
+        "task=conll2003",
+        "encoder=tiny_bert",
+        "head=pooler",
+        "head.init=pretrained",
+        "seed=1",
+        f"data.dir={small_conll}",
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "failed" and "head.init='pretrained'" in result["reason"]
 
@@ -136,8 +158,15 @@ def _table7_cells(*overrides: str) -> dict[str, tuple]:
             assert cfg.task.name == "conll2003" and cfg.sweep_name == "bert_table7"
             row = "finetune" if cfg.freeze.name == "full" else cfg.head.layers
             head = cfg.head
-            cells[row] = (head.name, head.label, head.layers, cfg.freeze.name,
-                          head.get("lstm_layers"), head.get("lstm_hidden"), cfg.seed)  # fmt: skip
+            cells[row] = (
+                head.name,
+                head.label,
+                head.layers,
+                cfg.freeze.name,
+                head.get("lstm_layers"),
+                head.get("lstm_hidden"),
+                cfg.seed,
+            )
     return cells
 
 
@@ -162,12 +191,24 @@ def test_bert_table7_sweeps_rows_and_seeds():
 def test_bert_table7_multirun_from_the_command_line(small_conll, tmp_path):
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "experiment=bert_table7", "encoder=tiny_bert",
-         "hydra.sweeper.params.seed=1", "trainer.max_epochs=1", f"data.dir={small_conll}",
-         f"runs_dir={tmp_path}/runs", f"results_dir={tmp_path}/results"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "experiment=bert_table7",
+            "encoder=tiny_bert",
+            "hydra.sweeper.params.seed=1",
+            "trainer.max_epochs=1",
+            f"data.dir={small_conll}",
+            f"runs_dir={tmp_path}/runs",
+            f"results_dir={tmp_path}/results",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = sorted((tmp_path / "runs").rglob("result.json"))
     assert len(results) == 7, proc.stdout[-2000:]
@@ -187,10 +228,18 @@ def test_minilm_frozen_concat_last4_bilstm_learns_entities(compose_cfg, data_dir
     """The issue's real run: MiniLM, frozen, concat_last4 into the 2-layer BiLSTM, 2,000
     training sentences, one epoch. Measured on 2 shared CPU cores (one torch thread):
     224 s, dev F1 0.771, test F1 0.745 (strict IOB2)."""
-    cfg = compose_cfg("experiment=bert_table7", "head=bilstm", "freeze=frozen",
-                      "head.layers=concat_last4", "hydra.mode=RUN",
-                      "encoder=minilm", "seed=1", "data.train_size=2000", "trainer.max_epochs=1",
-                      f"data.dir={data_dir}")  # fmt: skip
+    cfg = compose_cfg(
+        "experiment=bert_table7",
+        "head=bilstm",
+        "freeze=frozen",
+        "head.layers=concat_last4",
+        "hydra.mode=RUN",
+        "encoder=minilm",
+        "seed=1",
+        "data.train_size=2000",
+        "trainer.max_epochs=1",
+        f"data.dir={data_dir}",
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "ok", result.get("traceback")
     dev = result["best"]["metrics"]["dev"]

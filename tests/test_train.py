@@ -28,15 +28,30 @@ def _read_predictions(path):
 
 
 def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tmp_path):
-    cfg = compose_cfg("encoder=tiny_bert", "head=bilstm", "freeze=frozen", "task=sst2", "seed=1",
-                      "data.train_size=96", f"data.dir={data_dir}", *FAST)  # fmt: skip
+    cfg = compose_cfg(
+        "encoder=tiny_bert",
+        "head=bilstm",
+        "freeze=frozen",
+        "task=sst2",
+        "seed=1",
+        "data.train_size=96",
+        f"data.dir={data_dir}",
+        *FAST,
+    )
     assert cell_path(cfg) == "sst2/tiny_bert/bilstm/frozen/seed=1"
     result = run(cfg, tmp_path)
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["status"] == result["status"] == "ok", result.get("reason")
-    assert on_disk["cell"] == {"task": "sst2", "encoder": "tiny_bert", "head": "bilstm",
-                               "head_label": "bilstm", "layers": "-1", "freeze": "frozen",
-                               "freeze_label": "frozen", "seed": 1}  # fmt: skip
+    assert on_disk["cell"] == {
+        "task": "sst2",
+        "encoder": "tiny_bert",
+        "head": "bilstm",
+        "head_label": "bilstm",
+        "layers": "-1",
+        "freeze": "frozen",
+        "freeze_label": "frozen",
+        "seed": 1,
+    }
     assert [h["epoch"] for h in on_disk["history"]] == [0, 1]
     assert all(h["train_loss"] is not None for h in on_disk["history"])
     assert on_disk["best"]["epoch"] in (0, 1)
@@ -45,8 +60,17 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
     ) or on_disk["baseline"]["dev"]["metrics"]["accuracy"] == pytest.approx(428 / 872, abs=1e-6)
     assert on_disk["params"]["encoder_trainable"] == 0 and on_disk["params"]["trainable"] > 0
     assert on_disk["data"]["n_train"] == 96 and on_disk["data"]["n_dev"] == {"dev": 872}
-    for key in ("wall_time_s", "train_time_s", "peak_memory", "git", "versions", "hardware",
-                "config", "config_hash", "encoder_info"):  # fmt: skip
+    for key in (
+        "wall_time_s",
+        "train_time_s",
+        "peak_memory",
+        "git",
+        "versions",
+        "hardware",
+        "config",
+        "config_hash",
+        "encoder_info",
+    ):
         assert key in on_disk
     assert on_disk["versions"]["torch"] and on_disk["encoder_info"]["trained"] is False
     # The allocator setting the cell ran with (runtime.malloc, default tuned; not hashed).
@@ -70,17 +94,37 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
 
 
 def test_pair_classification_and_regression_cells(compose_cfg, data_dir, tmp_path):
-    mrpc = run(compose_cfg("encoder=tiny_roberta", "head=last4_concat", "freeze=top_k", "task=mrpc",
-                           "seed=2", "data.train_size=64", f"data.dir={data_dir}", *FAST),
-               tmp_path / "mrpc")  # fmt: skip
+    mrpc = run(
+        compose_cfg(
+            "encoder=tiny_roberta",
+            "head=last4_concat",
+            "freeze=top_k",
+            "task=mrpc",
+            "seed=2",
+            "data.train_size=64",
+            f"data.dir={data_dir}",
+            *FAST,
+        ),
+        tmp_path / "mrpc",
+    )
     assert mrpc["status"] == "ok", mrpc.get("reason")
     rows = _read_predictions(tmp_path / "mrpc" / "predictions_dev.csv")
     f1 = f1_score([int(r["label"]) for r in rows], [int(r["pred"]) for r in rows])
     assert f1 == pytest.approx(mrpc["best"]["metrics"]["dev"]["f1"], abs=1e-5)
 
-    stsb = run(compose_cfg("encoder=tiny_bert", "head=pooler", "freeze=full", "task=stsb", "seed=2",
-                           "data.train_size=64", f"data.dir={data_dir}", *FAST),
-               tmp_path / "stsb")  # fmt: skip
+    stsb = run(
+        compose_cfg(
+            "encoder=tiny_bert",
+            "head=pooler",
+            "freeze=full",
+            "task=stsb",
+            "seed=2",
+            "data.train_size=64",
+            f"data.dir={data_dir}",
+            *FAST,
+        ),
+        tmp_path / "stsb",
+    )
     assert stsb["status"] == "ok", stsb.get("reason")
     rows = _read_predictions(tmp_path / "stsb" / "predictions_dev.csv")
     r = pearsonr([float(x["label"]) for x in rows], [float(x["pred"]) for x in rows])[0]
@@ -89,8 +133,9 @@ def test_pair_classification_and_regression_cells(compose_cfg, data_dir, tmp_pat
 
 
 def test_a_failing_cell_is_recorded_not_raised(compose_cfg, data_dir, tmp_path):
-    cfg = compose_cfg("encoder=tiny_bert", "task=rte", "seed=1", "data.train_size=99999",
-                      f"data.dir={data_dir}")  # fmt: skip
+    cfg = compose_cfg(
+        "encoder=tiny_bert", "task=rte", "seed=1", "data.train_size=99999", f"data.dir={data_dir}"
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "failed"
     assert "data.train_size=99999" in result["reason"] and "2490" in result["reason"]
@@ -98,9 +143,17 @@ def test_a_failing_cell_is_recorded_not_raised(compose_cfg, data_dir, tmp_path):
 
 
 def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_path):
-    cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "freeze=frozen", "seed=1",
-                      "data.train_size=64", "optim.frozen_head_lr=1e36", "optim.warmup_ratio=0",
-                      f"data.dir={data_dir}", *FAST)  # fmt: skip
+    cfg = compose_cfg(
+        "encoder=tiny_bert",
+        "task=sst2",
+        "freeze=frozen",
+        "seed=1",
+        "data.train_size=64",
+        "optim.frozen_head_lr=1e36",
+        "optim.warmup_ratio=0",
+        f"data.dir={data_dir}",
+        *FAST,
+    )
     result = run(cfg, tmp_path)
     assert result["status"] == "diverged", result.get("reason")
     assert result["diverged_step"] >= 1 and "non-finite" in result["reason"]
@@ -108,12 +161,27 @@ def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_p
 
 def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "-m", "encoder=tiny_bert", "task=sst2",
-         "head=linear,bilstm", "freeze=frozen", "seed=1", "data.train_size=48",
-         f"data.dir={data_dir}", f"runs_dir={tmp_path}/runs", f"results_dir={tmp_path}/results",
-         *FAST],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "-m",
+            "encoder=tiny_bert",
+            "task=sst2",
+            "head=linear,bilstm",
+            "freeze=frozen",
+            "seed=1",
+            "data.train_size=48",
+            f"data.dir={data_dir}",
+            f"runs_dir={tmp_path}/runs",
+            f"results_dir={tmp_path}/results",
+            *FAST,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for head in ("linear", "bilstm"):
         result = (
@@ -143,8 +211,9 @@ def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
 def test_minilm_frozen_linear_beats_the_majority_baseline_on_real_sst2(
     compose_cfg, data_dir, tmp_path
 ):
-    cfg = compose_cfg("experiment=quick", "head=linear", "freeze=frozen", "hydra.mode=RUN",
-                      f"data.dir={data_dir}")  # fmt: skip
+    cfg = compose_cfg(
+        "experiment=quick", "head=linear", "freeze=frozen", "hydra.mode=RUN", f"data.dir={data_dir}"
+    )
     assert cfg.data.train_size == 2000
     result = run(cfg, tmp_path)
     assert result["status"] == "ok", result.get("reason")
@@ -154,9 +223,21 @@ def test_minilm_frozen_linear_beats_the_majority_baseline_on_real_sst2(
 
 
 MNLI_HEADER = "\t".join(
-    ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-     "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
-)  # fmt: skip
+    [
+        "index",
+        "promptID",
+        "pairID",
+        "genre",
+        "sentence1_binary_parse",
+        "sentence2_binary_parse",
+        "sentence1_parse",
+        "sentence2_parse",
+        "sentence1",
+        "sentence2",
+        "label1",
+        "gold_label",
+    ]
+)
 
 
 def _mnli_rows(n: int, offset: int) -> str:
@@ -176,8 +257,13 @@ def test_mnli_reports_matched_and_mismatched(compose_cfg, tmp_path):
     (folder / "train.tsv").write_text(_mnli_rows(48, 0))
     (folder / "dev_matched.tsv").write_text(_mnli_rows(20, 1))
     (folder / "dev_mismatched.tsv").write_text(_mnli_rows(16, 2))
-    cfg = compose_cfg("encoder=tiny_bert", "task=mnli", "seed=1", f"data.dir={tmp_path / 'data'}",
-                      "trainer.max_epochs=1")  # fmt: skip
+    cfg = compose_cfg(
+        "encoder=tiny_bert",
+        "task=mnli",
+        "seed=1",
+        f"data.dir={tmp_path / 'data'}",
+        "trainer.max_epochs=1",
+    )
     result = run(cfg, tmp_path / "run")
     assert result["status"] == "ok", result.get("reason")
     assert set(result["best"]["metrics"]) == {"dev", "dev_mismatched"}
@@ -198,8 +284,12 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
 
     assert CACHE_DEFAULTS["dtype"] == DEFAULT_DTYPE
     frozen = config_hash(compose_cfg("seed=1", "freeze=frozen"))
-    for same in ("cache.enabled=true", "cache.dtype=float32", "cache.dir=/x",
-                 "cache.store_layers=all"):  # fmt: skip
+    for same in (
+        "cache.enabled=true",
+        "cache.dtype=float32",
+        "cache.dir=/x",
+        "cache.store_layers=all",
+    ):
         assert config_hash(compose_cfg("seed=1", "freeze=frozen", same)) == frozen
     uncached = config_hash(compose_cfg("seed=1", "freeze=frozen", "cache.enabled=false"))
     fp16 = config_hash(compose_cfg("seed=1", "freeze=frozen", "cache.dtype=float16"))

@@ -98,8 +98,9 @@ def feature_plan(module: Any) -> FeaturePlan | None:
             log.info("no partial feature cache for model type %r; running uncached", family)
             return None
         start = num_layers - int(report.k)
-        return FeaturePlan(sorted({start, *(i for i in head_layers if i < start)}),
-                           num_layers, start)  # fmt: skip
+        return FeaturePlan(
+            sorted({start, *(i for i in head_layers if i < start)}), num_layers, start
+        )
     return None
 
 

@@ -165,8 +165,13 @@ class FeatureStore:
             have = {i: self.load(key.with_layers((i,)), n_examples) for i in layers}
             missing: list[int] = []
             if any(flat is None for flat in have.values()):  # else built meanwhile elsewhere
-                have.update({i: self.load(key.with_layers((i,)), n_examples)
-                             for i in extra if i not in have})  # fmt: skip
+                have.update(
+                    {
+                        i: self.load(key.with_layers((i,)), n_examples)
+                        for i in extra
+                        if i not in have
+                    }
+                )
                 missing = sorted(i for i, flat in have.items() if flat is None)
             if missing:
                 started = time.perf_counter()
@@ -175,11 +180,18 @@ class FeatureStore:
                 for j, i in enumerate(missing):
                     have[i] = flat.layer(j)
                     self.save(key.with_layers((i,)), have[i])  # type: ignore[arg-type]
-                append_json_line(self.root / BUILD_LOG, {
-                    "entry": group.filename(), "split": key.split, "layers": missing,
-                    "host": socket.gethostname(), "pid": os.getpid(),
-                    "seconds": time.perf_counter() - started, "time": utc_now(),
-                })  # fmt: skip
+                append_json_line(
+                    self.root / BUILD_LOG,
+                    {
+                        "entry": group.filename(),
+                        "split": key.split,
+                        "layers": missing,
+                        "host": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "seconds": time.perf_counter() - started,
+                        "time": utc_now(),
+                    },
+                )
         return FlatStates.join([have[i] for i in layers]), missing  # type: ignore[misc]
 
     def _read(
@@ -234,8 +246,9 @@ def encode_split(
     pieces: list[Tensor] = []
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        batch = collate([{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]}
-                         for i in rows])  # fmt: skip
+        batch = collate(
+            [{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]} for i in rows]
+        )
         inputs = {k: batch[k].to(device) for k in ENCODER_KEYS if k in batch}
         out = encoder(**inputs, output_hidden_states=True, return_dict=True)
         stacked = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, T, n, H)

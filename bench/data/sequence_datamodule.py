@@ -227,8 +227,14 @@ class SplitLoaders(L.LightningDataModule):
             "max_length": self.max_length,
             "columns": columns_digest(columns),
         }
-        return cached_encode(Path(self.token_cache_dir), self.spec.name, split, key,
-                             self.encoded_type, lambda: self._encode(columns, where))  # fmt: skip
+        return cached_encode(
+            Path(self.token_cache_dir),
+            self.spec.name,
+            split,
+            key,
+            self.encoded_type,
+            lambda: self._encode(columns, where),
+        )
 
     def describe(self) -> dict[str, Any]:
         """Sizes and truncation counts per split for the result file."""

@@ -78,11 +78,6 @@ class TaskSpec:
         """Number of outputs of the classifier (1 for regression)."""
         return 1 if self.is_regression else len(self.label_names)
 
-    @property
-    def is_pair(self) -> bool:
-        """True for sentence-pair tasks."""
-        return len(self.text_fields) == 2
-
 
 def _map01(zero: str, one: str) -> dict[str, str]:
     return {"0": zero, "1": one}

@@ -60,9 +60,12 @@ def save_encoded(path: Path, encoded: Any) -> None:
         "lists": lists,
         "scalars": scalars,
         "n": len(examples),
-        "fields": {f.name: getattr(encoded, f.name) for f in dataclasses.fields(encoded)
-                   if f.name != "examples"},
-    }  # fmt: skip
+        "fields": {
+            f.name: getattr(encoded, f.name)
+            for f in dataclasses.fields(encoded)
+            if f.name != "examples"
+        },
+    }
     arrays["meta"] = np.array(json.dumps(meta))
     atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True)  # type: ignore[arg-type]
 
@@ -133,8 +136,11 @@ def tokenizer_digest(tokenizer: Any) -> str:
     h = hashlib.sha256(type(tokenizer).__name__.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # without the call-time truncation/padding state the last call left
-        spec = {k: v for k, v in json.loads(backend.to_str()).items()
-                if k not in ("truncation", "padding")}  # fmt: skip
+        spec = {
+            k: v
+            for k, v in json.loads(backend.to_str()).items()
+            if k not in ("truncation", "padding")
+        }
         h.update(json.dumps(spec, sort_keys=True).encode())
     else:  # a slow tokenizer: the vocabulary is what defines it
         h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())

@@ -115,8 +115,9 @@ def encode_words(tokenizer: Any, columns: Columns, max_length: int, where: str) 
                 words[i][w] = tokenizer.unk_token
                 empty += 1
     if empty:
-        log.warning("%s: %d words had no sub-token; replaced by %s", where, empty,
-                    tokenizer.unk_token)  # fmt: skip
+        log.warning(
+            "%s: %d words had no sub-token; replaced by %s", where, empty, tokenizer.unk_token
+        )
         enc = _encode(tokenizer, words, None)
     long = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > max_length]
     cut = _encode(tokenizer, [words[i] for i in long], max_length) if long else None
@@ -134,8 +135,11 @@ def encode_words(tokenizer: Any, columns: Columns, max_length: int, where: str) 
     if long:
         log.warning(
             "%s: %d sentences truncated to max_length=%d; %d words get no prediction (scored O)",
-            where, len(long), max_length, words_cut,
-        )  # fmt: skip
+            where,
+            len(long),
+            max_length,
+            words_cut,
+        )
     return TokenEncoded(examples, len(long), words_cut=words_cut, empty_words=empty)
 
 
@@ -152,8 +156,9 @@ def collate_words(tokenizer: Any, batch: Sequence[dict[str, Any]]) -> dict[str, 
     inputs = [{k: ex[k] for k in ENCODER_KEYS if k in ex} for ex in batch]
     out = dict(tokenizer.pad(inputs, padding=True, return_tensors="pt"))
     width = max(len(ex["word_pos"]) for ex in batch)
-    out["word_pos"] = torch.tensor([ex["word_pos"] + [-1] * (width - len(ex["word_pos"]))
-                                    for ex in batch])  # fmt: skip
+    out["word_pos"] = torch.tensor(
+        [ex["word_pos"] + [-1] * (width - len(ex["word_pos"])) for ex in batch]
+    )
     out["word_labels"] = torch.tensor(
         [ex["word_labels"] + [IGNORE] * (width - len(ex["word_labels"])) for ex in batch]
     )

@@ -50,8 +50,9 @@ class FeaturePlan:
         for j, i in enumerate(self.layers):
             out[i] = cached[:, :, j]  # (B, T, H)
         if self.start is not None:
-            top = run_top_layers(encoder, cached[:, :, self.layers.index(self.start)],
-                                 attention_mask, self.start)  # fmt: skip
+            top = run_top_layers(
+                encoder, cached[:, :, self.layers.index(self.start)], attention_mask, self.start
+            )
             out[self.start + 1 :] = top
         return out
 

@@ -106,8 +106,15 @@ def resolve_source(source: str) -> str:
 
 
 # Any one of these makes a directory's tokenizer loadable (fast, WordPiece, BPE, SentencePiece).
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model",
-                   "sentencepiece.bpe.model", "tokenizer.model", "spm.model")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "spm.model",
+)
 
 
 def _tokenizer_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:

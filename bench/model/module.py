@@ -122,11 +122,6 @@ class HeadbenchModule(L.LightningModule):
             counts.update(encoder_trainable=peak["encoder_trainable"], trainable=peak["trainable"])
         return counts
 
-    @property
-    def head_lr(self) -> float:
-        """The head's learning rate: ``frozen_head_lr`` when the encoder is frozen."""
-        return self.adaptation.head_lr(self.hparams["optim"])
-
     def learning_rates(self) -> dict[str, Any]:
         """The learning rates to record: encoder and head, plus the strategy's own."""
         return self.adaptation.learning_rates(self.hparams["optim"])

@@ -116,14 +116,18 @@ class SequenceEvaluation(Evaluation):
         """Lightning's ``DistributedSampler`` pads shards with repeats; ``idx`` tells them apart."""
         for name in self.dev_names:
             local = self.collect(name)  # this rank's idx, label, pred lists
-            rows = gather_rows(list(zip(local["idx"], local["label"], local["pred"], strict=True)),
-                               key=lambda r: r[0])  # fmt: skip
+            rows = gather_rows(
+                list(zip(local["idx"], local["label"], local["pred"], strict=True)),
+                key=lambda r: r[0],
+            )
             dtype = torch.float32 if self.spec.is_regression else torch.long
-            self._outputs[name] = [(
-                torch.tensor([r[0] for r in rows], dtype=torch.long),
-                torch.tensor([r[1] for r in rows], dtype=dtype),
-                torch.tensor([r[2] for r in rows], dtype=dtype),
-            )]  # fmt: skip
+            self._outputs[name] = [
+                (
+                    torch.tensor([r[0] for r in rows], dtype=torch.long),
+                    torch.tensor([r[1] for r in rows], dtype=dtype),
+                    torch.tensor([r[2] for r in rows], dtype=dtype),
+                )
+            ]
 
     def collect(self, name: str) -> Predictions:
         """``idx``, ``label``, ``pred`` per example, in the order seen."""
@@ -177,8 +181,11 @@ class TokenEvaluation(Evaluation):
     def collect(self, name: str) -> Predictions:
         """Per sentence, sorted by ``idx``: gold and predicted tag ids per word."""
         rows = sorted(self._words.get(name, []))
-        return {"idx": [r[0] for r in rows], "label": [r[1] for r in rows],
-                "pred": [r[2] for r in rows]}  # fmt: skip
+        return {
+            "idx": [r[0] for r in rows],
+            "label": [r[1] for r in rows],
+            "pred": [r[2] for r in rows],
+        }
 
     def clear(self) -> None:
         """Forget the epoch's sentences."""

@@ -47,11 +47,30 @@ ARCH: dict[str, Any] = {
     "intermediate_size": 64,
 }
 _CORPUS_MODULES = (
-    "argparse", "collections", "csv", "dataclasses", "datetime", "decimal", "email",
-    "fractions", "functools", "heapq", "http.client", "json", "logging", "pathlib",
-    "random", "statistics", "string", "textwrap", "threading", "typing", "unittest",
-    "urllib.parse", "zipfile",
-)  # fmt: skip
+    "argparse",
+    "collections",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "email",
+    "fractions",
+    "functools",
+    "heapq",
+    "http.client",
+    "json",
+    "logging",
+    "pathlib",
+    "random",
+    "statistics",
+    "string",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.parse",
+    "zipfile",
+)
 FAMILIES = ("bert", "roberta")
 
 

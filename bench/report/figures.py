@@ -288,8 +288,15 @@ def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figu
                 std = 100 * rows["expected_max_std"].to_numpy()
                 colour = palette.colour(head)
                 ax.fill_between(n, mean - std, mean + std, color=colour, alpha=0.12, lw=0)
-                ax.plot(n, mean, color=colour, marker=palette.marker(freeze), ms=4, lw=1.2,
-                        ls="-" if freeze == "full" else "--")  # fmt: skip
+                ax.plot(
+                    n,
+                    mean,
+                    color=colour,
+                    marker=palette.marker(freeze),
+                    ms=4,
+                    lw=1.2,
+                    ls="-" if freeze == "full" else "--",
+                )
         ax.set_xlabel("seeds tried (n)")
         ax.set_ylabel(f"expected best dev {metric_title(group['metric'].iloc[0])}")
         ax.set_title(panel_title(task, encoder, multi_encoder))

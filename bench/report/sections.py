@@ -147,11 +147,11 @@ def evp_rows(ctx: ReportContext, evp: pd.DataFrame) -> list[list[object]]:
         n_max = int(by_n.index.max())
         cells = [
             f"{points(by_n.at[n, 'expected_max'])} ± {points(by_n.at[n, 'expected_max_std'], 2)}"
-            if n in by_n.index else ""
+            if n in by_n.index
+            else ""
             for n in EVP_SEEDS
-        ]  # fmt: skip
-        rows.append([task_title(task), encoder, head, freeze, n_max, *cells,
-                     points(best[keys])])  # fmt: skip
+        ]
+        rows.append([task_title(task), encoder, head, freeze, n_max, *cells, points(best[keys])])
     return rows
 
 

@@ -33,8 +33,20 @@ from bench.results.run_records import (
 
 log = logging.getLogger(__name__)
 
-TABLE_COLUMNS = [*CELL_COLUMNS, "status", "main_metric", "split", "metric", "value", "baseline",
-                 "best_epoch", "trainable_params", "train_time_s", "reason", "run_dir"]  # fmt: skip
+TABLE_COLUMNS = [
+    *CELL_COLUMNS,
+    "status",
+    "main_metric",
+    "split",
+    "metric",
+    "value",
+    "baseline",
+    "best_epoch",
+    "trainable_params",
+    "train_time_s",
+    "reason",
+    "run_dir",
+]
 
 _NUMERIC_COLUMNS = ("seed", "value", "baseline", "best_epoch", "trainable_params", "train_time_s")
 

@@ -12,8 +12,18 @@ from pathlib import Path
 
 import pandas as pd
 
-COLUMNS = ["source", "url", "model", "encoder", "task", "setting", "split", "metric", "value",
-           "note"]  # fmt: skip
+COLUMNS = [
+    "source",
+    "url",
+    "model",
+    "encoder",
+    "task",
+    "setting",
+    "split",
+    "metric",
+    "value",
+    "note",
+]
 KEY = ["encoder", "task", "setting", "split", "metric"]
 METRICS = frozenset({"accuracy", "f1", "mcc", "pearson", "spearman", "precision", "recall"})
 

@@ -54,11 +54,26 @@ class Document:
 _MD_SPECIAL = re.compile(r"([\\|*`<>\[\]])")
 _MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 _LATEX = {
-    "\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
-    "%": r"\%", "_": r"\_", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-    "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$", "−": r"$-$",
-    "Δ": r"$\Delta$", "|": r"\textbar{}", "×": r"$\times$", "—": "---", "–": "--",
-}  # fmt: skip
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "#": r"\#",
+    "%": r"\%",
+    "_": r"\_",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "±": r"$\pm$",
+    "−": r"$-$",
+    "Δ": r"$\Delta$",
+    "|": r"\textbar{}",
+    "×": r"$\times$",
+    "—": "---",
+    "–": "--",
+}
 
 
 def md_escape(text: str) -> str:

@@ -29,9 +29,22 @@ from bench.clock import utc_now
 HISTORY_COLUMNS = [*CELL_COLUMNS, "epoch", "step", "split", "metric", "value", "train_loss"]
 LAUNCH_LOG = "launches.jsonl"
 PROVENANCE_KEYS = (
-    "status", "reason", "degenerate", "config_hash", "main_metric", "config", "git", "versions",
-    "hardware", "train_time_s", "wall_time_s", "finished_at", "params", "peak_memory", "run_dir",
-)  # fmt: skip
+    "status",
+    "reason",
+    "degenerate",
+    "config_hash",
+    "main_metric",
+    "config",
+    "git",
+    "versions",
+    "hardware",
+    "train_time_s",
+    "wall_time_s",
+    "finished_at",
+    "params",
+    "peak_memory",
+    "run_dir",
+)
 
 
 def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:

@@ -33,9 +33,20 @@ from bench.data.tasks import ALL_TASKS
 GROUP_KEYS = ["task", "encoder", "head_label", "freeze_label"]
 RUN_KEYS = [*GROUP_KEYS, "seed"]
 TEXT_COLUMNS = [
-    "task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label", "status",
-    "main_metric", "split", "metric", "reason", "run_dir",
-]  # fmt: skip
+    "task",
+    "encoder",
+    "head",
+    "head_label",
+    "layers",
+    "freeze",
+    "freeze_label",
+    "status",
+    "main_metric",
+    "split",
+    "metric",
+    "reason",
+    "run_dir",
+]
 FLOAT_COLUMNS = ["value", "baseline", "train_time_s"]
 REQUIRED_COLUMNS = ["task", "encoder", "seed", "status", "split", "metric", "value"]
 # Metrics whose failure threshold is 0 when the table holds no baseline (see module doc).
@@ -140,8 +151,18 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
     bad = bad.assign(split=split, metric=bad["main_metric"] if metric == "main" else metric)
     bad = bad.assign(value=np.nan, baseline=np.nan)
     runs = pd.concat([rows, bad], ignore_index=True)
-    keep = [*RUN_KEYS, "head", "freeze", "layers", "status", "split", "metric", "value",
-            "baseline", "reason"]  # fmt: skip
+    keep = [
+        *RUN_KEYS,
+        "head",
+        "freeze",
+        "layers",
+        "status",
+        "split",
+        "metric",
+        "value",
+        "baseline",
+        "reason",
+    ]
     runs = runs[keep].sort_values(RUN_KEYS, kind="stable").reset_index(drop=True)
     runs["threshold"] = [
         failure_threshold(m, b) for m, b in zip(runs["metric"], runs["baseline"], strict=True)
@@ -246,9 +267,27 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
                 "threshold": float(group["threshold"].mean()),
             }
         )
-    columns = [*GROUP_KEYS, "head", "freeze", "layers", "metric", "split", "n_runs", "n",
-               "n_failed", "n_error", "mean", "std", "median", "min", "max", "ci_low",
-               "ci_high", "baseline", "threshold"]  # fmt: skip
+    columns = [
+        *GROUP_KEYS,
+        "head",
+        "freeze",
+        "layers",
+        "metric",
+        "split",
+        "n_runs",
+        "n",
+        "n_failed",
+        "n_error",
+        "mean",
+        "std",
+        "median",
+        "min",
+        "max",
+        "ci_low",
+        "ci_high",
+        "baseline",
+        "threshold",
+    ]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -362,8 +401,23 @@ def compare_heads(
                         "reason": reason,
                     }
                 )
-    columns = [*setting, "metric", "split", "head_a", "head_b", "n_pairs", "seeds", "mean_a",
-               "mean_b", "diff", "ci_low", "ci_high", "p", "p_min", "reason"]  # fmt: skip
+    columns = [
+        *setting,
+        "metric",
+        "split",
+        "head_a",
+        "head_b",
+        "n_pairs",
+        "seeds",
+        "mean_a",
+        "mean_b",
+        "diff",
+        "ci_low",
+        "ci_high",
+        "p",
+        "p_min",
+        "reason",
+    ]
     out = pd.DataFrame(rows, columns=[*columns, "n_comparisons", "p_holm"])
     if out.empty:
         return out

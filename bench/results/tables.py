@@ -35,13 +35,24 @@ from bench.results.render import RENDERERS, Document, Table, to_markdown
 
 STYLES = ("glue", "table7", "heads")
 GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
-    ("cola", "dev", "CoLA"), ("sst2", "dev", "SST-2"), ("mrpc", "dev", "MRPC"),
-    ("stsb", "dev", "STS-B"), ("qqp", "dev", "QQP"), ("mnli", "dev", "MNLI-m"),
-    ("mnli", "dev_mismatched", "MNLI-mm"), ("qnli", "dev", "QNLI"), ("rte", "dev", "RTE"),
+    ("cola", "dev", "CoLA"),
+    ("sst2", "dev", "SST-2"),
+    ("mrpc", "dev", "MRPC"),
+    ("stsb", "dev", "STS-B"),
+    ("qqp", "dev", "QQP"),
+    ("mnli", "dev", "MNLI-m"),
+    ("mnli", "dev_mismatched", "MNLI-mm"),
+    ("qnli", "dev", "QNLI"),
+    ("rte", "dev", "RTE"),
     ("wnli", "dev", "WNLI"),
-]  # fmt: skip
-METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson",
-                "spearman": "Spearman"}  # fmt: skip
+]
+METRIC_NAMES = {
+    "accuracy": "acc",
+    "f1": "F1",
+    "mcc": "MCC",
+    "pearson": "Pearson",
+    "spearman": "Spearman",
+}
 #: Head labels in table order, from the head registry (each preset, then its variants).
 HEAD_ORDER = head_order()
 # The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
@@ -49,11 +60,14 @@ HEAD_ORDER = head_order()
 GLUE_REFERENCE_SETTING = ("pooler-random", "full")
 TABLE7_TASK = "conll2003"
 TABLE7_ROWS = [  # (setting, paper's row name); fine-tune = linear head, encoder trained
-    ("finetune", "Fine-tune (BERT-base)"), ("embeddings", "Embeddings"),
-    ("second_to_last", "Second-to-Last Hidden"), ("last", "Last Hidden"),
-    ("sum_last4", "Weighted Sum Last Four Hidden"), ("concat_last4", "Concat Last Four Hidden"),
+    ("finetune", "Fine-tune (BERT-base)"),
+    ("embeddings", "Embeddings"),
+    ("second_to_last", "Second-to-Last Hidden"),
+    ("last", "Last Hidden"),
+    ("sum_last4", "Weighted Sum Last Four Hidden"),
+    ("concat_last4", "Concat Last Four Hidden"),
     ("sum_all", "Weighted Sum All 12 Layers"),
-]  # fmt: skip
+]
 NO_BASELINE = (
     "No majority-class baseline for a correlation (constant predictions are uncorrelated); "
     "runs at or below 0 count as failed."
@@ -194,8 +208,11 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
         for head in heads:
             t.rows.append([head] + [cell_text(lookup_cell.get((head, f))) for f in freezes])
         for j, freeze in enumerate(freezes, start=1):
-            present = [(i, lookup_cell[(h, freeze)]) for i, h in enumerate(heads)
-                       if (h, freeze) in lookup_cell]  # fmt: skip
+            present = [
+                (i, lookup_cell[(h, freeze)])
+                for i, h in enumerate(heads)
+                if (h, freeze) in lookup_cell
+            ]
             _bold_best(t, j, [r["mean"] for _, r in present], [i for i, _ in present])
             ranked = sorted(
                 (r for _, r in present if r["n"] > 0), key=lambda r: r["mean"], reverse=True
@@ -211,8 +228,11 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
         elif metric in stats.ZERO_THRESHOLD_METRICS:
             t.notes.insert(0, NO_BASELINE)
         else:
-            t.notes.insert(0, f"No majority-class baseline recorded for {metric}: failed runs "
-                           "are counted from their status only.")  # fmt: skip
+            t.notes.insert(
+                0,
+                f"No majority-class baseline recorded for {metric}: failed runs "
+                "are counted from their status only.",
+            )
         ref = lookup(refs, encoder, task, "finetune", split)
         if not ref.empty:
             head, freeze = GLUE_REFERENCE_SETTING
@@ -406,9 +426,13 @@ def table7_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
             ref = paper[paper["setting"] == setting]
             ref_value = ref["value"].iloc[0] if not ref.empty else np.nan
             delta = 100 * r["mean"] - ref_value if r["n"] else np.nan
-            cells = [setting, paper_row, cell_text(r),
-                     "" if np.isnan(ref_value) else f"{ref_value:.1f}",
-                     "" if np.isnan(delta) else signed(delta)]  # fmt: skip
+            cells = [
+                setting,
+                paper_row,
+                cell_text(r),
+                "" if np.isnan(ref_value) else f"{ref_value:.1f}",
+                "" if np.isnan(delta) else signed(delta),
+            ]
             if has_test:
                 tr = tgroup[
                     (tgroup["head_label"] == r["head_label"])
@@ -541,9 +565,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("source", help="results.csv/.parquet, a results dir or a runs dir")
     parser.add_argument("--style", required=True, choices=[*STYLES, "all"])
     parser.add_argument(
-        "-o", "--out", default=None,
+        "-o",
+        "--out",
+        default=None,
         help="output directory (default: the directory of the results file, or SOURCE itself)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source.parent if source.is_file() else source)

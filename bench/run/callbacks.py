@@ -39,7 +39,9 @@ class CollectResults(Callback):
             try:
                 path = build_report(config.results_dir, report_file)
             except Exception as err:  # the results are written; say why the page is not
-                print(f"error: the report could not be built: {type(err).__name__}: {err}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"error: the report could not be built: {type(err).__name__}: {err}",
+                    file=sys.stderr,
+                )
             else:
                 print(f"report: {path}")

@@ -51,8 +51,11 @@ _MULTIRUN_FLAGS = ("-m", "--multirun")
 
 def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
     """Say why a cell is not trained, and log it in the sweep's ``launches.jsonl``."""
-    hints = {"running": " in another process", "failed": "; +rerun_failed=true re-runs it",
-             "diverged": "; +rerun_failed=true re-runs it"}  # fmt: skip
+    hints = {
+        "running": " in another process",
+        "failed": "; +rerun_failed=true re-runs it",
+        "diverged": "; +rerun_failed=true re-runs it",
+    }
     print(f"skip ({state.state}{hints.get(state.state, '')}): {run_dir}/result.json")
     if hydra_cfg.mode == RunMode.MULTIRUN:
         cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
@@ -134,8 +137,10 @@ def missing_launcher(args: list[str]) -> str | None:
             continue
         module, extra = LAUNCHER_PLUGINS[name]
         if find_spec(module.split(".")[0]) is None or find_spec(module) is None:
-            return (f"hydra/launcher={name} needs the Hydra plugin {module.split('.')[-1]!r}, "
-                    f"which is not installed: pip install 'headbench[{extra}]'")  # fmt: skip
+            return (
+                f"hydra/launcher={name} needs the Hydra plugin {module.split('.')[-1]!r}, "
+                f"which is not installed: pip install 'headbench[{extra}]'"
+            )
     return None
 
 

@@ -123,7 +123,8 @@ def collision_message(shared: dict[Path, list[tuple[str, ...]]]) -> str:
         lines.append(f"  {run_dir}: " + " | ".join(" ".join(job) for job in jobs))
     lines.append(
         "A run directory is task/encoder/head.label/freeze.label/seed=N; give the cells "
-        "distinct labels (e.g. head.label=bilstm-${head.layers}) so none overwrites another."
+        "distinct labels (e.g. head.label=linear-d${head.dropout} when head.dropout varies) so "
+        "none overwrites another."
     )
     return "\n".join(lines)
 

@@ -13,9 +13,16 @@ from typing import Any
 import torch
 
 _VERSIONED = (
-    "headbench", "torch", "transformers", "tokenizers", "lightning", "torchmetrics",
-    "hydra-core", "datasets", "numpy",
-)  # fmt: skip
+    "headbench",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "lightning",
+    "torchmetrics",
+    "hydra-core",
+    "datasets",
+    "numpy",
+)
 
 
 def git_commit() -> dict[str, Any]:

@@ -140,8 +140,12 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     result["predictions_summary"] = summary
     result["degenerate"] = summary["degenerate"]
     if summary["degenerate"]:
-        log.warning("cell %s is degenerate: one prediction for all of %s: %s",
-                    cell_path(cfg), summary["split"], summary)  # fmt: skip
+        log.warning(
+            "cell %s is degenerate: one prediction for all of %s: %s",
+            cell_path(cfg),
+            summary["split"],
+            summary,
+        )
     kind.write_predictions(run_dir, module.best["predictions"], datamodule)
 
 

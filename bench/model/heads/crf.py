@@ -66,8 +66,9 @@ class CRF(nn.Module):
         if allowed_start is None:
             allowed_start = torch.ones(num_tags, dtype=torch.bool)
         inf = float("-inf")
-        self.register_buffer("transition_mask", torch.zeros(num_tags, num_tags).masked_fill(
-            ~allowed, inf))  # fmt: skip
+        self.register_buffer(
+            "transition_mask", torch.zeros(num_tags, num_tags).masked_fill(~allowed, inf)
+        )
         self.register_buffer("start_mask", torch.zeros(num_tags).masked_fill(~allowed_start, inf))
 
     def _scores(self) -> tuple[Tensor, Tensor]:

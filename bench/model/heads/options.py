@@ -10,8 +10,9 @@ from bench.errors import ConfigError
 # Config keys that describe the cell rather than the module.
 META_KEYS = ("name", "label")
 # Constructor arguments that come from the encoder and the task, never from the config.
-_SIZE_ARGS = frozenset({"self", "options", "hidden_size", "num_layers", "num_labels",
-                        "label_names"})  # fmt: skip
+_SIZE_ARGS = frozenset(
+    {"self", "options", "hidden_size", "num_layers", "num_labels", "label_names"}
+)
 
 
 def valid_options(cls: type, base: type, internal: frozenset[str] = frozenset()) -> list[str]:
