@@ -86,6 +86,8 @@ def test_experiment_quick_composes(compose_cfg):
     ids=lambda o: "+".join(o),
 )
 def test_every_offline_option_builds_a_module(compose_cfg, overrides):
+    if "freeze=lora" in overrides:
+        pytest.importorskip("peft", reason="freeze=lora needs the optional extra headbench[lora]")
     cfg = compose_cfg(*overrides, "seed=1")
     module = build(cfg)
     counts = module.parameter_counts()
