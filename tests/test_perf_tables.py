@@ -232,3 +232,19 @@ def test_four_sides_with_faults_and_memory():
         "hb hb/hf-sampler hf hf+malloc"
     ) in text
     assert "| 102.0 G |" in text  # no fraction recorded for the third side: FLOP/s only
+
+
+def test_the_tables_in_docs_are_what_the_committed_measurements_print():
+    """docs/performance.md quotes `--parts table` on results/perf.json, unedited."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    state = json.loads((root / "results" / "perf.json").read_text())
+    doc = (root / "docs" / "performance.md").read_text()
+    block = re.search(
+        r"<!-- perf-tables:start[^\n]*-->\n(.*?)\n<!-- perf-tables:end -->", doc, re.S
+    )
+    assert block is not None
+    assert block.group(1).strip() == perf.table(state).strip()
