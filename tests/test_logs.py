@@ -6,21 +6,31 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
+#: A sweep from the command line, and a preset that sets `hydra.mode: MULTIRUN` itself
+#: (there Lightning's packages had been imported before Hydra's job logging, once).
+SWEEPS = {
+    "command line": ["-m", "head=linear", "freeze=frozen", "task=sst2", "seed=1,2"],
+    "preset": [
+        "experiment=quick",
+        "hydra.sweeper.params.head=linear",
+        'hydra.sweeper.params.freeze="frozen,full"',
+    ],
+}
 
-def test_each_lightning_line_appears_once_and_no_tips(data_dir, tmp_path):
+
+@pytest.mark.parametrize("sweep", list(SWEEPS))
+def test_each_lightning_line_appears_once_and_no_tips(data_dir, tmp_path, sweep):
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "bench",
-            "-m",
+            *SWEEPS[sweep],
             "encoder=tiny_bert",
-            "head=linear",
-            "freeze=frozen",
-            "task=sst2",
-            "seed=1,2",
             "data.train_size=32",
             "data.max_length=16",
             "trainer.max_epochs=1",

@@ -16,6 +16,8 @@ import logging
 #: Loggers whose records carry Lightning's tips (``rank_zero_info``).
 _TIP_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 _TIP_PREFIX = "💡 Tip:"
+#: Loggers to which Lightning's packages attach console handlers of their own on import.
+_OWN_HANDLERS = ("lightning", "lightning.pytorch", "lightning.fabric")
 
 
 class DropTips(logging.Filter):
@@ -34,10 +36,13 @@ def route_lightning_logs() -> None:
     import lightning  # noqa: F401  (attaches its console handler on first import)
 
     if logging.getLogger().hasHandlers():
-        package = logging.getLogger("lightning")
-        for handler in list(package.handlers):
-            package.removeHandler(handler)
-        package.propagate = True
+        # `lightning` always adds a handler; `lightning.pytorch` and `lightning.fabric` add
+        # one (and stop propagating) when imported while the root logger had none.
+        for name in _OWN_HANDLERS:
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
     for name in _TIP_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropTips) for f in logger.filters):
