@@ -50,7 +50,13 @@ def test_stored_configs_still_hash_to_their_stored_hash(name):
         assert config_hash(cfg) == cell["config_hash"], cell["cell"]
 
 
-@pytest.mark.parametrize("name", COMMITTED)
+#: Presets of more than 50 cells compose for a minute or more: run with -m slow.
+LARGE = {"cpu_heads", "cpu_stability", "layers_sst2"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in COMMITTED]
+)
 def test_composing_the_preset_gives_the_committed_cells(name):
     overrides = [f"experiment={name}", *OVERRIDES.get(name, [])]
     planned = plan(config_dir(), overrides, multirun=True)
