@@ -10,8 +10,9 @@ from omegaconf import OmegaConf
 
 from bench.axes import freezing as axes_freezing
 from bench.axes import heads as axes_heads
+from bench.axes.encoders import POOLER_STATES
 from bench.data.tasks import ALL_TASKS, TASKS, TOKEN_TASKS
-from bench.model.encoders import POOLER_STATES, load_tokenizer
+from bench.model.encoders import load_tokenizer
 from bench.model.heads import HEADS as HEAD_MODULES
 from bench.model.heads import TOKEN_HEADS as TOKEN_HEAD_MODULES
 from bench.model.module import HeadbenchModule

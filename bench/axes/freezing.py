@@ -7,7 +7,9 @@ strategies; preflight, the config hash, the tables and the report read this regi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bench.errors import ConfigError
 
@@ -20,7 +22,9 @@ class FreezeStrategy:
         name: The ``freeze.name`` (and the option file ``conf/freeze/<name>.yaml``).
         adaptive: Whether it is built on the plain strategies with phases, per-layer rates,
             re-initialisation or adapters (:mod:`bench.model.adaptation`).
-        takes_k: Whether it takes ``freeze.k`` (a number of top layers, 1..L).
+        options: The keys its option file holds besides ``name`` and ``label`` (their
+            defaults are the values in ``conf/freeze/<name>.yaml``); ``k`` is a number of
+            top layers, 1..L.
         label_prefix: For strategies that take ``k``: the label is ``<prefix><k>``.
         ranked: Whether tables place it by the registry's order (least to most trained);
             unranked labels follow, alphabetically.
@@ -29,10 +33,15 @@ class FreezeStrategy:
 
     name: str
     adaptive: bool = False
-    takes_k: bool = False
+    options: tuple[str, ...] = ()
     label_prefix: str = ""
     ranked: bool = True
     reads_cache: bool = False
+
+    @property
+    def takes_k(self) -> bool:
+        """Whether it takes ``freeze.k`` (a number of top layers, 1..L)."""
+        return "k" in self.options
 
 
 #: Roughly from the fewest trained parameters to the most.
@@ -40,16 +49,18 @@ STRATEGIES: dict[str, FreezeStrategy] = {
     s.name: s
     for s in (
         FreezeStrategy("frozen", reads_cache=True),
-        FreezeStrategy("bitfit"),
-        FreezeStrategy("lora", adaptive=True),
-        FreezeStrategy("lpft", adaptive=True),
-        FreezeStrategy("gradual", adaptive=True),
+        FreezeStrategy("bitfit", options=("lr",)),
+        FreezeStrategy(
+            "lora", adaptive=True, options=("rank", "alpha", "dropout", "target_modules", "lr")
+        ),
+        FreezeStrategy("lpft", adaptive=True, options=("probe_epochs", "ft_head_lr")),
+        FreezeStrategy("gradual", adaptive=True, options=("interval", "every", "group_size")),
         FreezeStrategy("embeddings"),
-        FreezeStrategy("top_k", takes_k=True, label_prefix="top", reads_cache=True),
-        FreezeStrategy("llrd", adaptive=True),
+        FreezeStrategy("top_k", options=("k",), label_prefix="top", reads_cache=True),
+        FreezeStrategy("llrd", adaptive=True, options=("factor",)),
         FreezeStrategy("full"),
         FreezeStrategy(
-            "reinit_top", adaptive=True, takes_k=True, label_prefix="reinit", ranked=False
+            "reinit_top", adaptive=True, options=("k",), label_prefix="reinit", ranked=False
         ),
     )
 }
@@ -67,6 +78,30 @@ def validate(name: object) -> FreezeStrategy:
             f"valid choices: {', '.join(STRATEGIES)}"
         )
     return STRATEGIES[name]
+
+
+def validate_options(cfg: Mapping[str, Any]) -> FreezeStrategy:
+    """Check a ``freeze`` config group: a registered strategy and only its own keys.
+
+    Args:
+        cfg: The group as a plain mapping (``name``, optional ``label``, the options).
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ConfigError: For an unknown strategy or a key it does not take, listing the valid
+            choices.
+    """
+    strategy = validate(cfg.get("name"))
+    unknown = sorted(set(cfg) - {"name", "label", *strategy.options})
+    if unknown:
+        valid = ", ".join(strategy.options) or "none"
+        raise ConfigError(
+            f"freeze.{unknown[0]}: {strategy.name} takes no option {unknown[0]!r}; "
+            f"valid options: {valid}"
+        )
+    return strategy
 
 
 def check_k(name: str, k: object, num_layers: int, encoder: str = "") -> int:

@@ -1,5 +1,9 @@
 """Classification heads: the one registry of the named presets, their labels and order.
 
+A preset is a composition of parts (DESIGN.md, convention 3): which hidden states
+(``layers`` and ``combine``), how to read them (``pool``; the BiLSTM reads the token
+states with an LSTM first), and a classifier.
+
 Torch-free: :mod:`bench.model.heads` builds the modules (sequence and token variants of
 every preset); preflight, the label resolver, the tables and the report read this registry.
 A preset's label is its name, or ``<name>-<variant>`` for presets with a variant key
@@ -23,6 +27,9 @@ class HeadPreset:
         name: ``head.name`` (and the option file ``conf/head/<name>.yaml``).
         layers: The hidden states it reads by default (``head.layers``).
         combine: How it combines several layers by default (``head.combine``).
+        pool: How it reads the selected states of a sequence by default (``head.pool``:
+            ``cls``, ``mean``, ``max``, or ``final`` for the BiLSTM); token tasks pool
+            nothing.
         variant_key: An option whose value joins the label (``pooler``: ``init``).
         variants: The values of ``variant_key``, in table order.
     """
@@ -30,6 +37,7 @@ class HeadPreset:
     name: str
     layers: tuple[int, ...] = (-1,)
     combine: str = "concat"
+    pool: str = "cls"
     variant_key: str | None = None
     variants: tuple[str, ...] = ()
 
@@ -42,7 +50,7 @@ HEADS: dict[str, HeadPreset] = {
         HeadPreset("linear"),
         HeadPreset("pooler", variant_key="init", variants=("random", "pretrained")),
         HeadPreset("last4_concat", layers=(-4, -3, -2, -1)),
-        HeadPreset("bilstm"),
+        HeadPreset("bilstm", pool="final"),
     )
 }
 

@@ -29,6 +29,37 @@ _DEFAULT_COMBINE = "concat"
 LayerSpec = int | str | Sequence[int]
 
 
+def validate(layers: object) -> LayerSpec:
+    """Check the form of ``head.layers``: a registered name, one index or a list of indices.
+
+    Indices are checked against an encoder's depth later (:func:`normalise_layers`).
+
+    Args:
+        layers: The configured value (plain, not an OmegaConf node).
+
+    Returns:
+        ``layers``, checked.
+
+    Raises:
+        ConfigError: For an unknown name or a value of the wrong type, listing the valid
+            names.
+    """
+    names = ", ".join(LAYER_CHOICES)
+    if isinstance(layers, str):
+        if layers not in LAYER_CHOICES:
+            raise ConfigError(
+                f"head.layers={layers!r}; valid names: {names} (or a list of indices)"
+            )
+        return layers
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        return layers
+    if isinstance(layers, Sequence) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in layers
+    ):
+        return layers
+    raise ConfigError(f"head.layers={layers!r}; give one of {names}, an index or a list of indices")
+
+
 def resolve_layers(layers: LayerSpec, combine: str, num_layers: int) -> tuple[list[int], str]:
     """Turn a layer name or indices plus a combine into checked indices and a combine.
 
@@ -48,12 +79,8 @@ def resolve_layers(layers: LayerSpec, combine: str, num_layers: int) -> tuple[li
         ConfigError: For an unknown name (listing the valid ones), a conflicting combine
             or an out-of-range index.
     """
+    layers = validate(layers)
     if isinstance(layers, str):
-        if layers not in LAYER_CHOICES:
-            raise ConfigError(
-                f"head.layers={layers!r}; valid names: {', '.join(LAYER_CHOICES)} "
-                "(or a list of indices)"
-            )
         indices, named_combine = LAYER_CHOICES[layers]
         if combine not in (_DEFAULT_COMBINE, named_combine):
             raise ConfigError(

@@ -19,8 +19,7 @@ from omegaconf import OmegaConf
 
 from bench.axes.freezing import freeze_label
 from bench.axes.heads import head_label
-from bench.data.tasks import ALL_TASKS, get_task
-from bench.errors import ConfigError
+from bench.data.tasks import validate as validate_task
 
 
 def _plain(value: Any) -> Any:
@@ -41,12 +40,7 @@ def by_task_kind(task: str, sequence_value: Any, token_value: Any) -> Any:
     Raises:
         ConfigError: For an unknown task, listing the valid ones.
     """
-    try:
-        kind = get_task(task).kind
-    except KeyError:
-        raise ConfigError(
-            f"task.name={task!r}: unknown task; valid choices: {', '.join(sorted(ALL_TASKS))}"
-        ) from None
+    kind = validate_task(task).kind
     return _plain(token_value if kind == "token" else sequence_value)
 
 

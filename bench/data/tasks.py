@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.errors import ConfigError
+
 GLUE_HUB_ID = "nyu-mll/glue"
 
 
@@ -270,8 +272,27 @@ TOKEN_TASKS: dict[str, TokenTaskSpec] = {
 ALL_TASKS: dict[str, Task] = {**TASKS, **TOKEN_TASKS}
 
 
+def validate(name: object) -> Task:
+    """The registered task called ``name`` (the task registry's one name check).
+
+    Args:
+        name: ``task.name``, e.g. ``sst2``.
+
+    Returns:
+        The task's spec.
+
+    Raises:
+        ConfigError: If the task is unknown; the message lists the valid choices.
+    """
+    if not isinstance(name, str) or name not in ALL_TASKS:
+        raise ConfigError(
+            f"unknown task {name!r} (task.name); valid choices: {', '.join(sorted(ALL_TASKS))}"
+        )
+    return ALL_TASKS[name]
+
+
 def get_task(name: str) -> Task:
-    """Return the spec of a task by name.
+    """Return the spec of a task by name (:func:`validate` for lookups that expect KeyError).
 
     Args:
         name: Task name, e.g. ``sst2``.
@@ -283,8 +304,6 @@ def get_task(name: str) -> Task:
         KeyError: If the task is unknown; the message lists the valid names.
     """
     try:
-        return ALL_TASKS[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown task {name!r} (task.name); valid choices: {', '.join(sorted(ALL_TASKS))}"
-        ) from None
+        return validate(name)
+    except ConfigError as err:
+        raise KeyError(str(err)) from None

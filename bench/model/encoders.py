@@ -26,12 +26,11 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from bench.axes.encoders import KEYS, validate
 from bench.errors import EncoderError
 from bench.model.tiny import build_tiny_model
 
 log = logging.getLogger(__name__)
-
-POOLER_STATES = ("trained", "untrained", "absent")
 
 
 @dataclass
@@ -176,15 +175,12 @@ def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
         The ``AutoModel`` (``output_hidden_states=True``) and its :class:`EncoderInfo`.
 
     Raises:
-        EncoderError: If the source cannot be loaded or the pooler declaration is invalid.
+        ConfigError: For an invalid encoder config (:func:`bench.axes.encoders.validate`).
+        EncoderError: If the source cannot be loaded.
     """
     hf_logging.disable_progress_bar()
-    declared = cfg.get("pooler", "absent")
-    if declared not in POOLER_STATES:
-        raise EncoderError(
-            f"encoder.pooler={declared!r} for encoder {cfg['name']!r}; "
-            f"valid choices: {', '.join(POOLER_STATES)}"
-        )
+    validate(cfg)
+    declared = cfg.get("pooler", KEYS["pooler"])
     path = resolve_source(cfg["source"])
     kwargs = _tokenizer_kwargs(cfg)
     try:

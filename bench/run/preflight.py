@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from transformers import AutoConfig
 
-from bench.axes import freezing
-from bench.data.tasks import ALL_TASKS, get_task
+from bench.axes import encoders, freezing
+from bench.data import tasks
 from bench.errors import ConfigError, EncoderError
 from bench.model.encoders import load_tokenizer, resolve_source
 from bench.model.task_types import task_type
@@ -146,20 +146,15 @@ def check_cell(cfg: DictConfig) -> None:
     """
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
-    try:
-        spec = get_task(str(cfg.task.name))
-    except KeyError:
-        valid = ", ".join(sorted(ALL_TASKS))
-        raise ConfigError(
-            f"task.name={cfg.task.name!r}: unknown task; valid choices: {valid}"
-        ) from None
+    spec = tasks.validate(cfg.task.name)
     # Only the cell's own groups: the `hydra` node may need a live run to resolve.
     plain: dict[str, Any] = {
         key: OmegaConf.to_container(cfg[key], resolve=True)
         for key in ("encoder", "head", "freeze", "data")
     }
     encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
-    strategy = freezing.validate(freeze.get("name"))
+    strategy = freezing.validate_options(freeze)
+    encoders.validate(encoder)
     facts = _encoder_facts(encoder)
     check_max_length(
         int(plain["data"]["max_length"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from bench.model.heads.base import SequenceHead
+from bench.model.heads.options import preset_defaults
 
 
 class BiLSTMHead(SequenceHead):
@@ -13,6 +14,5 @@ class BiLSTMHead(SequenceHead):
     fixed_options: ClassVar[frozenset[str]] = frozenset({"lstm"})
 
     def __init__(self, hidden_size: int, num_layers: int, num_labels: int, **options: Any) -> None:
-        options.setdefault("layers", -1)
-        options.setdefault("pool", "final")
+        options = preset_defaults("bilstm", options)
         super().__init__(hidden_size, num_layers, num_labels, lstm=True, **options)

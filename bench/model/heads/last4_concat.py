@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from bench.model.heads.base import LSTM_OPTIONS, SequenceHead
+from bench.model.heads.options import preset_defaults
 
 
 class Last4ConcatHead(SequenceHead):
@@ -16,7 +17,5 @@ class Last4ConcatHead(SequenceHead):
     fixed_options: ClassVar[frozenset[str]] = LSTM_OPTIONS
 
     def __init__(self, hidden_size: int, num_layers: int, num_labels: int, **options: Any) -> None:
-        options.setdefault("layers", [-4, -3, -2, -1])
-        options.setdefault("combine", "concat")
-        options.setdefault("pool", "cls")
+        options = preset_defaults("last4_concat", options)
         super().__init__(hidden_size, num_layers, num_labels, **options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from bench.model.heads.base import LSTM_OPTIONS, SequenceHead
+from bench.model.heads.options import preset_defaults
 
 
 class LinearHead(SequenceHead):
@@ -15,6 +16,5 @@ class LinearHead(SequenceHead):
     )
 
     def __init__(self, hidden_size: int, num_layers: int, num_labels: int, **options: Any) -> None:
-        options.setdefault("layers", -1)
-        options.setdefault("pool", "cls")
+        options = preset_defaults("linear", options)
         super().__init__(hidden_size, num_layers, num_labels, mlp=False, **options)

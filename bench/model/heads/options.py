@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from bench.axes.heads import validate
 from bench.errors import ConfigError
 
 # Config keys that describe the cell rather than the module.
@@ -60,3 +61,19 @@ def head_options(
             f"valid options: {', '.join(valid)}"
         )
     return cls, options
+
+
+def preset_defaults(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Fill a sequence head's unset parts from its preset in :data:`bench.axes.heads.HEADS`.
+
+    Args:
+        name: The preset.
+        options: The head's options as given (left unchanged).
+
+    Returns:
+        The options with ``layers``, ``combine`` and ``pool`` defaulted to the preset's.
+    """
+    preset = validate(name)
+    layers = preset.layers[0] if len(preset.layers) == 1 else list(preset.layers)
+    defaults = {"layers": layers, "combine": preset.combine, "pool": preset.pool}
+    return {**defaults, **options}

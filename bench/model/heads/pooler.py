@@ -11,10 +11,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from bench.axes.heads import HEADS
 from bench.errors import ConfigError
 from bench.model.heads.base import LSTM_OPTIONS, SequenceHead
+from bench.model.heads.options import preset_defaults
 
-POOLER_INITS = ("random", "pretrained")
+#: ``head.init``: the preset's variants (:data:`bench.axes.heads.HEADS`).
+POOLER_INITS = HEADS["pooler"].variants
 
 
 class PoolerHead(SequenceHead):
@@ -33,8 +36,7 @@ class PoolerHead(SequenceHead):
     ) -> None:
         if init not in POOLER_INITS:
             raise ConfigError(f"head.init={init!r}; valid choices: {', '.join(POOLER_INITS)}")
-        options.setdefault("layers", -1)
-        options.setdefault("pool", "cls")
+        options = preset_defaults("pooler", options)
         super().__init__(
             hidden_size,
             num_layers,
