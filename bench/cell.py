@@ -36,6 +36,10 @@ HASH_RECIPE = 1
 CACHE_DEFAULTS = {"enabled": True, "dtype": "float32"}
 #: Version of the ``result.json`` layout.
 RESULT_SCHEMA = 1
+#: Folder of a run directory where resume keeps the finished outputs of an earlier
+#: configuration of the cell (``superseded/<config_hash[:12]>/``) instead of deleting them.
+#: Readers of a sweep's results skip everything below it.
+SUPERSEDED_DIR = "superseded"
 _HASHED_KEYS = (
     "task",
     "encoder",
