@@ -30,3 +30,11 @@ class DivergedError(HeadbenchError, RuntimeError):
         super().__init__(f"non-finite training loss {loss} at global step {step}")
         self.step = step
         self.loss = loss
+
+
+class CollectError(HeadbenchError):
+    """Collecting results would lose them: nothing to collect, or outputs that cannot be replaced.
+
+    The message names the roots that do not exist or hold no result file, and the results
+    directory left unchanged.
+    """

@@ -16,6 +16,7 @@ import pytest
 from bs4 import BeautifulSoup
 from scipy.stats import wilcoxon
 
+from bench.cell import RESULT_SCHEMA
 from bench.report import build_report
 from bench.results.collect import collect
 from bench.results.run_records import log_launch_event
@@ -58,7 +59,7 @@ def _result(task, head_label, freeze, seed, best, status="ok", layers=None, reas
         else {split: {"metrics": {"f1": 0.0}} for split in ("dev", "test")}
     )
     return {
-        "schema": 2,
+        "schema": RESULT_SCHEMA,
         "cell": {
             "task": task,
             "encoder": "tiny_bert",

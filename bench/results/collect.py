@@ -2,18 +2,26 @@
 
 ``python -m bench.results.collect runs/quick -o results/quick`` writes ``results.csv`` and
 ``results.parquet`` (plus ``history.csv``, ``cells.json`` and ``launches.jsonl``, see
-:mod:`bench.results.run_records`) and prints a wide summary. Unreadable result files are reported,
-never fatal; when one cell has several results (the same cell found under two roots),
-the latest is kept and the others are reported.
+:mod:`bench.results.run_records`) and prints a wide summary. Each result file is checked first
+(:mod:`bench.results.result_file`): an unreadable or malformed one, or one of a newer schema,
+is skipped and named, never fatal; when one cell has several results (the same cell found
+under two roots), the latest is kept and the others are reported. Results below a
+``superseded/`` folder (an earlier configuration kept by resume) are not read.
+
+Nothing is lost on bad input: a root that does not exist or holds no result file, or roots
+whose result files all fail their check, raise :class:`bench.errors.CollectError` (the
+command exits 2) and leave the results directory as it was. The five outputs are built in
+memory and published together (:func:`bench.results.publish.publish`): all or none.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
-import tempfile
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,9 +29,11 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
-from bench.atomic import FILE_MODE, atomic_write, atomic_write_json
-from bench.cell import CELL_COLUMNS, RESULT_FILE
+from bench.cell import CELL_COLUMNS, RESULT_FILE, SUPERSEDED_DIR
 from bench.clock import utc_now
+from bench.errors import CollectError, DataError
+from bench.results.publish import publish
+from bench.results.result_file import load_result
 from bench.results.run_records import (
     HISTORY_COLUMNS,
     history_table,
@@ -52,31 +62,68 @@ _NUMERIC_COLUMNS = ("seed", "value", "baseline", "best_epoch", "trainable_params
 
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
-    """All ``result.json`` files under the given directories (or the files themselves)."""
+    """All ``result.json`` files under the given directories (or the files themselves).
+
+    Folders named :data:`bench.cell.SUPERSEDED_DIR` below a root are not searched: they
+    hold the outputs of an earlier configuration of a cell, which are not its result.
+
+    Args:
+        roots: Directories to search, or result files.
+
+    Returns:
+        The files, sorted within each root.
+    """
     found: list[Path] = []
     for root in map(Path, roots):
         if root.is_file():
             found.append(root)
-        else:
-            found.extend(sorted(root.rglob(RESULT_FILE)))
+            continue
+        files = []
+        for folder, subdirs, names in os.walk(root):
+            subdirs[:] = [d for d in subdirs if d != SUPERSEDED_DIR]
+            if RESULT_FILE in names:
+                files.append(Path(folder) / RESULT_FILE)
+        found.extend(sorted(files))
     return found
 
 
 def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Read every result file; return the results and one message per unreadable file."""
+    """Read and check every result file under ``roots``.
+
+    Args:
+        roots: Directories to search, or result files.
+
+    Returns:
+        The results (one per cell, the latest) and one message per file skipped (unreadable,
+        malformed, of a newer schema), per duplicate, and per result kept with a warning
+        (no ``config_hash``).
+    """
     results, problems = [], []
     for path in find_result_files(roots):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data.get("cell"), dict):
-                raise ValueError("no 'cell' entry")
-        except (OSError, ValueError, AttributeError) as err:
-            problems.append(f"{path}: unreadable result ({type(err).__name__}: {err})")
+            data, warnings = load_result(path)
+            data["run_dir"] = _run_dir(path)
+            if data.get("finished_at") is None:  # results written before the field existed
+                data["finished_at"] = utc_now(path.stat().st_mtime)
+        except DataError as err:
+            problems.append(str(err))
             continue
-        data["run_dir"] = os.path.relpath(path.parent)  # relative to the working directory
-        data.setdefault("finished_at", utc_now(path.stat().st_mtime))  # results before schema 2
+        except OSError as err:  # removed while we read it
+            problems.append(f"{path}: skipped: unreadable ({type(err).__name__}: {err})")
+            continue
+        problems += warnings
         results.append(data)
     return _latest_per_cell(results, problems), problems
+
+
+def _run_dir(path: Path) -> str:
+    """The result's folder relative to the working directory, as it goes into the tables."""
+    run_dir = os.path.relpath(path.parent)
+    try:
+        run_dir.encode("utf-8")
+    except UnicodeEncodeError:  # a folder name of non-UTF-8 bytes cannot go into a CSV
+        raise DataError(f"{path}: skipped: its folder name is not UTF-8 text") from None
+    return run_dir
 
 
 def cell_key(result: dict[str, Any]) -> tuple[Any, ...]:
@@ -146,27 +193,42 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return wide
 
 
+def table_files(table: pd.DataFrame) -> dict[str, bytes]:
+    """The tidy table as the contents of ``results.csv`` and ``results.parquet``.
+
+    Args:
+        table: The tidy table (:func:`tidy`).
+
+    Returns:
+        File name → content.
+    """
+    parquet = io.BytesIO()
+    table.astype({"layers": "str", "reason": "str", "seed": "Int64"}).to_parquet(
+        parquet, index=False
+    )
+    return {
+        "results.csv": _csv(table),
+        "results.parquet": parquet.getvalue(),
+    }
+
+
+def _csv(table: pd.DataFrame) -> bytes:
+    text = io.StringIO(newline="")
+    table.to_csv(text, index=False)
+    return text.getvalue().encode("utf-8")
+
+
 def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
     """Write the tidy table as ``<out_dir>/results.csv`` and ``results.parquet``, atomically.
+
+    Args:
+        table: The tidy table.
+        out_dir: The results directory.
 
     Returns:
         The CSV path.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "results.csv"
-    atomic_write(path, lambda handle: table.to_csv(handle, index=False))
-    fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=out_dir)
-    os.fchmod(fd, FILE_MODE)
-    os.close(fd)
-    try:
-        table.astype({"layers": "str", "reason": "str", "seed": "Int64"}).to_parquet(
-            tmp, index=False
-        )
-        os.replace(tmp, out_dir / "results.parquet")
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return publish(out_dir, table_files(table))[0]
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -199,16 +261,36 @@ def read_table(path: str | Path) -> pd.DataFrame:
     return table
 
 
+def record_files(results: list[dict[str, Any]], roots: Iterable[str | Path]) -> dict[str, bytes]:
+    """The contents of ``history.csv``, ``cells.json`` and ``launches.jsonl``.
+
+    Args:
+        results: The results (:func:`read_results`).
+        roots: The directories they were read from (their launch logs are copied).
+
+    Returns:
+        File name → content.
+    """
+    cells = json.dumps(provenance_records(results), indent=2, allow_nan=True, default=str)
+    lines = "".join(json.dumps(r, default=str) + "\n" for r in read_launch_log(roots))
+    return {
+        "history.csv": _csv(history_table(results)),
+        "cells.json": (cells + "\n").encode("utf-8"),
+        "launches.jsonl": lines.encode("utf-8"),
+    }
+
+
 def write_records(
     results: list[dict[str, Any]], roots: Iterable[str | Path], out_dir: str | Path
 ) -> None:
-    """Write ``history.csv``, ``cells.json`` and ``launches.jsonl`` beside the table."""
-    out_dir = Path(out_dir)
-    history = history_table(results)
-    atomic_write(out_dir / "history.csv", lambda handle: history.to_csv(handle, index=False))
-    atomic_write_json(out_dir / "cells.json", provenance_records(results))
-    lines = "".join(json.dumps(r) + "\n" for r in read_launch_log(roots))
-    atomic_write(out_dir / "launches.jsonl", lambda handle: handle.write(lines))
+    """Write ``history.csv``, ``cells.json`` and ``launches.jsonl`` beside the table, atomically.
+
+    Args:
+        results: The results (:func:`read_results`).
+        roots: The directories they were read from.
+        out_dir: The results directory.
+    """
+    publish(out_dir, record_files(results, roots))
 
 
 def read_history(out_dir: str | Path) -> pd.DataFrame:
@@ -221,20 +303,51 @@ def read_history(out_dir: str | Path) -> pd.DataFrame:
 
 
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
-    """Read results under ``roots``, report problems, optionally write the table, return it."""
+    """Read results under ``roots``, report problems, optionally write the outputs.
+
+    The outputs (``results.csv``, ``results.parquet``, ``history.csv``, ``cells.json``,
+    ``launches.jsonl``) are built in memory and published together: all or none.
+
+    Args:
+        roots: Run or sweep directories (or result files).
+        out_dir: The results directory to write, or None to only return the table.
+
+    Returns:
+        The tidy table.
+
+    Raises:
+        CollectError: If a root does not exist or holds no result file, or if none of the
+            result files passes its check; ``out_dir`` is left as it was.
+    """
     roots = list(roots)
+    unchanged = f"nothing written to {out_dir}" if out_dir is not None else "nothing collected"
+    missing = [f"{root} does not exist" for root in roots if not Path(root).exists()]
+    missing += [
+        f"{root} holds no {RESULT_FILE}"
+        for root in roots
+        if Path(root).exists() and not find_result_files([root])
+    ]
+    if missing or not roots:
+        raise CollectError("; ".join([*missing, unchanged] if roots else ["no roots", unchanged]))
     results, problems = read_results(roots)
     for problem in problems:
         log.warning(problem)
         print(f"warning: {problem}")
+    if not results:
+        count = len(find_result_files(roots))
+        raise CollectError(
+            f"none of the {count} result files under {', '.join(map(str, roots))} could be "
+            f"read (warnings above); {unchanged}"
+        )
     table = tidy(results)
     if out_dir is not None:
+        files = {**record_files(results, roots), **table_files(table)}
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         # One writer at a time per results directory (two sweeps, or many launcher jobs,
         # sharing it): the CSV, Parquet and side files always come from the same collect.
         with FileLock(Path(out_dir) / ".collect.lock"):
-            path = write_table(table, out_dir)
-            write_records(results, roots, out_dir)
+            publish(out_dir, files)
+        path = Path(out_dir) / "results.csv"
         print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")
     return table
 
@@ -260,7 +373,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("roots", nargs="+", help="run or sweep directories holding result.json")
     parser.add_argument("-o", "--out", default=None, help="where to write results.csv/.parquet")
     args = parser.parse_args(argv)
-    print_summary(collect(args.roots, args.out))
+    try:
+        table = collect(args.roots, args.out)
+    except CollectError as err:  # a bad argument: nothing was written
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:
+        print(f"error: cannot write the results to {args.out}: {err}", file=sys.stderr)
+        sys.exit(1)
+    print_summary(table)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,269 @@
+"""collect never loses results: bad paths, malformed or foreign result files, half-written outputs.
+
+Real result files (the report tests' synthetic sweep, written as train.run writes them), the
+real command line, real output directories; each test compares the outputs byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_report import write_synthetic_sweep
+
+from bench.cell import RESULT_SCHEMA, SUPERSEDED_DIR
+from bench.errors import HeadbenchError
+from bench.results.collect import collect, find_result_files, read_results, read_table
+from conftest import ROOT
+
+OUTPUTS = ("results.csv", "results.parquet", "history.csv", "cells.json", "launches.jsonl")
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "bench.results.collect", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != ".collect.lock"}
+
+
+@pytest.fixture
+def collected(tmp_path):
+    """A sweep of real result files and its results directory, collected by the CLI."""
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    results = write_synthetic_sweep(runs)
+    proc = _cli(runs, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(_snapshot(out)) == sorted(OUTPUTS)
+    return runs, out, results
+
+
+# --- case 1: an empty or missing input never replaces existing results ----------------------
+
+
+def test_a_misspelt_runs_path_exits_2_and_leaves_the_results_alone(collected, tmp_path):
+    runs, out, _ = collected
+    before = _snapshot(out)
+    typo = tmp_path / "rusn"
+    proc = _cli(typo, "-o", out)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"{typo} does not exist" in proc.stderr
+    assert f"nothing written to {out}" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert _snapshot(out) == before
+    # one good root beside a misspelt one: still refused (the table would lose cells)
+    proc = _cli(runs, typo, "-o", out)
+    assert proc.returncode == 2 and f"{typo} does not exist" in proc.stderr
+    assert _snapshot(out) == before
+
+
+def test_a_root_without_result_files_exits_2_and_is_named(collected, tmp_path):
+    _, out, _ = collected
+    before = _snapshot(out)
+    empty = tmp_path / "empty_sweep"
+    (empty / "sst2").mkdir(parents=True)
+    proc = _cli(empty, "-o", out)
+    assert proc.returncode == 2
+    assert f"{empty} holds no result.json" in proc.stderr
+    assert _snapshot(out) == before
+    proc = _cli(empty)  # without -o as well: nothing to summarise is an error
+    assert proc.returncode == 2 and f"{empty} holds no result.json" in proc.stderr
+
+
+def test_collect_itself_refuses_to_replace_results_with_nothing(collected, tmp_path):
+    """The sweep-end callback calls collect([sweep_dir], results_dir) directly."""
+    _, out, _ = collected
+    before = _snapshot(out)
+    empty = tmp_path / "empty_sweep"
+    empty.mkdir()
+    with pytest.raises(HeadbenchError, match=r"holds no result\.json"):
+        collect([empty], out)
+    unreadable = tmp_path / "broken_sweep" / "sst2" / "seed=1"
+    unreadable.mkdir(parents=True)
+    (unreadable / "result.json").write_text('{"status": "ok", "cell": {"ta')  # cut by a crash
+    with pytest.raises(HeadbenchError, match=r"none of the 1 result files .* could be read"):
+        collect([tmp_path / "broken_sweep"], out)
+    assert _snapshot(out) == before
+
+
+# --- case 2: one malformed result file is skipped and named; outputs are all or none -------
+
+# (where in the result, the wrong value, what the message says was expected)
+BAD_FIELDS = [
+    ("cell.seed", "abc", "an integer"),
+    ("best", [], "an object or null"),
+    ("history", 5, "a list or null"),
+    ("cell", {"task": 3}, "a string"),
+    ("cell.layers", ["-1"], "a string or null"),
+    ("cell.head_label", None, "a string"),
+    ("best.metrics.dev", [0.5], "an object"),
+    ("best.metrics.dev.accuracy", "high", "a number or null"),
+    ("best.epoch", 1.5, "an integer or null"),
+    ("baseline.dev", 0.5, "an object or null"),
+    ("history.0.dev", {"accuracy": [0.7]}, "a number or null"),
+    ("params.trainable", "1k", "an integer or null"),
+    ("train_time_s", "10 s", "a number or null"),
+    ("status", "done", "one of ok, failed, diverged"),
+    ("git", "abc123", "an object or null"),
+    ("cell.seed", 2**70, "a 64-bit integer"),
+    ("main_metric", 7, "a string or null"),
+]
+
+
+def _set(result: dict, dotted: str, value: object) -> None:
+    *parents, last = dotted.split(".")
+    node = result
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[int(last) if isinstance(node, list) else last] = value
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), BAD_FIELDS)
+def test_a_wrongly_typed_field_skips_that_file_only_and_names_it(collected, field, value, expected):
+    runs, out, results = collected
+    path = sorted((runs / "sst2").rglob("result.json"))[0]  # an ok cell with history
+    bad = json.loads(path.read_text())
+    assert bad["status"] == "ok" and bad["history"]
+    _set(bad, field, value)
+    path.write_text(json.dumps(bad))
+    proc = _cli(runs, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warning = next(line for line in proc.stdout.splitlines() if str(path) in line)
+    assert f"'{field.split('.')[0]}" in warning and expected in warning, warning
+    # every output comes from the same collect, and the bad cell is in none of them
+    cells = json.loads((out / "cells.json").read_text())
+    assert len(cells) == len(results) - 1
+    assert os.path.relpath(path.parent, ROOT) not in {c["run_dir"] for c in cells}
+    table = read_table(out)
+    assert len(table.drop_duplicates(subset=["run_dir"])) == len(results) - 1
+    assert set(pd.read_csv(out / "results.csv")["run_dir"]) == set(table["run_dir"])
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_outputs_are_written_all_or_none(collected, monkeypatch):
+    """A failure while the outputs are produced (here: the Parquet writer) changes none."""
+    runs, out, _ = collected
+    before = _snapshot(out)
+    first = sorted(runs.rglob("result.json"))[0]
+    changed = json.loads(first.read_text())
+    changed["train_time_s"] = 999.0  # so that a new results.csv would differ from the old
+    first.write_text(json.dumps(changed))
+
+    def broken_parquet(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken_parquet)
+    with pytest.raises(OSError, match="disk full"):
+        collect([runs], out)
+    assert _snapshot(out) == before
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_an_output_name_taken_by_a_directory_changes_no_output(collected):
+    runs, out, _ = collected
+    (out / "history.csv").unlink()
+    (out / "history.csv").mkdir()
+    before = _snapshot_files(out)
+    with pytest.raises(HeadbenchError, match=r"history.csv is a directory"):
+        collect([runs], out)
+    assert _snapshot_files(out) == before
+
+
+def _snapshot_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+# --- case 3: the result schema is read; a missing config hash is reported ------------------
+
+
+def _one_result(tmp_path: Path, **changes: object) -> tuple[Path, dict]:
+    runs = tmp_path / "runs"
+    write_synthetic_sweep(runs)
+    path = sorted(runs.rglob("result.json"))[0]
+    result = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = value
+    path.write_text(json.dumps(result))
+    return path, result
+
+
+def test_a_result_of_a_newer_schema_is_skipped_with_a_clear_message(tmp_path):
+    path, _ = _one_result(tmp_path, schema=RESULT_SCHEMA + 1)
+    results, problems = read_results([tmp_path / "runs"])
+    assert str(path.parent) not in {str(Path(r["run_dir"]).resolve()) for r in results}
+    assert [p for p in problems if str(path) in p] == [
+        f"{path}: skipped: written by a newer headbench: schema {RESULT_SCHEMA + 1}, "
+        f"this version reads ≤ {RESULT_SCHEMA}"
+    ]
+
+
+@pytest.mark.parametrize("schema", [0, "1", True, 1.0, [1]])
+def test_a_result_of_an_unknown_schema_is_skipped(tmp_path, schema):
+    path, _ = _one_result(tmp_path, schema=schema)
+    results, problems = read_results([tmp_path / "runs"])
+    [problem] = [p for p in problems if str(path) in p]
+    assert "'schema'" in problem and f"1 to {RESULT_SCHEMA}" in problem, problem
+    assert len(results) == len(find_result_files([tmp_path / "runs"])) - 1
+
+
+def test_a_result_without_schema_is_read_as_schema_1(tmp_path):
+    path, _ = _one_result(tmp_path, schema=None)
+    results, problems = read_results([tmp_path / "runs"])
+    assert not [p for p in problems if str(path) in p]
+    assert len(results) == len(find_result_files([tmp_path / "runs"]))
+
+
+def test_a_result_without_config_hash_is_kept_and_reported(tmp_path, capsys):
+    path, _ = _one_result(tmp_path, config_hash=None)
+    table = collect([tmp_path / "runs"], tmp_path / "results")
+    assert f"warning: {path}: no 'config_hash'" in capsys.readouterr().out
+    assert len(table.drop_duplicates(subset=["run_dir"])) == len(
+        find_result_files([tmp_path / "runs"])
+    )
+
+
+# --- case 4: superseded outputs of an earlier configuration are not results ----------------
+
+
+def test_results_below_a_superseded_directory_are_ignored(tmp_path):
+    runs = tmp_path / "runs"
+    write_synthetic_sweep(runs)
+    current = sorted(runs.rglob("result.json"))
+    old = json.loads(current[0].read_text())
+    old["best"]["metrics"]["dev"]["accuracy"] = 0.01
+    old["finished_at"] = "2099-01-01T00:00:00.000000Z"  # newer: a duplicate would win
+    for sub in (f"{SUPERSEDED_DIR}/0123456789ab", f"{SUPERSEDED_DIR}/0123456789ab/deeper"):
+        (current[0].parent / sub).mkdir(parents=True, exist_ok=True)
+        (current[0].parent / sub / "result.json").write_text(json.dumps(old))
+    assert find_result_files([runs]) == current
+    results, problems = read_results([runs])
+    assert problems == [] and len(results) == len(current)
+    table = collect([runs], None)
+    assert 0.01 not in table["value"].tolist()
+    # a folder merely named like it elsewhere in the path (the root itself) is no reason
+    nested = tmp_path / SUPERSEDED_DIR / "runs"
+    write_synthetic_sweep(nested)
+    assert len(find_result_files([nested])) == len(current)
+
+
+def test_the_unchanged_results_are_all_valid(collected):
+    """The mutations above start from results that collect accepts unchanged."""
+    runs, _, results = collected
+    read, problems = read_results([runs])
+    assert problems == [] and len(read) == len(results)
