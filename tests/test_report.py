@@ -351,3 +351,32 @@ def test_a_sweep_without_launch_log_takes_its_command_from_hydras_multirun_yaml(
     launch = last_launch(read_launch_log([sweep]))
     assert launch["command"] == "python -m bench -m experiment=cpu_heads task=cola 'head.label=a b'"
     assert launch["launches"] == 1 and launch["skipped"] == 0
+
+
+def test_a_result_without_config_hash_is_reported_not_a_crash(tmp_path):
+    """Older or hand-made results carry no config hash: the report names them and goes on."""
+    runs = tmp_path / "runs"
+    write_synthetic_sweep(runs)
+    path = sorted(runs.rglob("result.json"))[0]
+    result = json.loads(path.read_text())
+    del result["config_hash"]
+    path.write_text(json.dumps(result))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    collect([runs], tmp_path / "results")
+    for source in (runs, tmp_path / "results"):  # a multirun dir, and its collected results
+        out = tmp_path / f"{source.name}.html"
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.report", str(source), "-o", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        soup = BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
+        notes = _section(soup, "provenance").find("pre").get_text()
+        run_dir = os.path.relpath(path.parent, ROOT)
+        assert "no 'config_hash'" in notes and (str(path) in notes or run_dir in notes), notes
+        _, rows = _table_with(_section(soup, "provenance"), "Cell", "Config hash")
+        assert [r[2] for r in rows].count("–") == 1  # shown as absent, the others as hashes

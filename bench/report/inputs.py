@@ -36,7 +36,8 @@ class ReportInputs:
         history: Per-epoch metrics (:data:`bench.results.run_records.HISTORY_COLUMNS`).
         cells: Per-cell provenance records.
         launch: Summary of the newest launch (command, time, cells skipped).
-        problems: Result files that could not be read.
+        problems: Result files skipped (unreadable, malformed, of a newer schema),
+            duplicates, and results kept with a warning (no ``config_hash``).
         refs: Published reference numbers.
     """
 
@@ -79,6 +80,7 @@ def load_inputs(path: str | Path) -> ReportInputs:
             history=read_history(folder),
             cells=cells,
             launch=last_launch(read_launch_log([folder])),
+            problems=_unhashed(cells, cells_file),
         )
     results, problems = read_results([path])
     if not results and not problems:
@@ -92,3 +94,13 @@ def load_inputs(path: str | Path) -> ReportInputs:
         launch=last_launch(read_launch_log([path])),
         problems=problems,
     )
+
+
+def _unhashed(cells: list[dict[str, Any]], cells_file: Path) -> list[str]:
+    """One line per cell of ``cells.json`` without a config hash (an older or hand-made result)."""
+    return [
+        f"{cells_file}: cell {cell.get('run_dir')}: no 'config_hash' (an older or hand-made "
+        "result): kept, but resume cannot tell whether it matches the current config"
+        for cell in cells
+        if isinstance(cell, dict) and not cell.get("config_hash")
+    ]

@@ -47,13 +47,13 @@ def _cell_path(cell: dict[str, Any]) -> str:
 
 
 def status_counts(ctx: ReportContext) -> dict[str, int]:
-    """Cells by status, plus those the newest launch skipped and unreadable result files."""
+    """Cells by status, plus those the newest launch skipped and result file problems."""
     per_cell = ctx.inputs.table.drop_duplicates(subset=[*stats.RUN_KEYS, "layers"])
     counts = Counter(per_cell["status"].fillna("unknown"))
     out = {s: int(counts.pop(s, 0)) for s in STATUSES}
     out.update({s: int(n) for s, n in counts.items()})
     out["skipped (last launch)"] = int(ctx.inputs.launch.get("skipped") or 0)
-    out["unreadable result files"] = len(ctx.inputs.problems)
+    out["result file problems (listed below)"] = len(ctx.inputs.problems)
     return out
 
 
@@ -141,7 +141,7 @@ def provenance_section(ctx: ReportContext) -> Section:
             [
                 path,
                 c.get("status"),
-                c.get("config_hash", "")[:12],
+                str(c.get("config_hash") or "–")[:12],  # older results have none
                 *[flat[path].get(k, "") for k in varying],
             ]
             for path, c in sorted(zip(flat, cells, strict=True))
