@@ -109,7 +109,7 @@ def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], lis
             problems.append(str(err))
             continue
         except OSError as err:  # removed while we read it
-            problems.append(f"{path}: skipped: unreadable ({type(err).__name__}: {err})")
+            problems.append(f"{path}: skipped: unreadable result ({type(err).__name__}: {err})")
             continue
         problems += warnings
         results.append(data)

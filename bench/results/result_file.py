@@ -243,11 +243,15 @@ def parse_result(raw: bytes, path: str | Path) -> tuple[dict[str, Any], list[str
             newer or unknown schema, or with a field of the wrong type.
     """
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8-sig"))  # a BOM (a Windows editor) is harmless
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}: skipped: not UTF-8 text (byte {err.start})") from None
+        raise DataError(
+            f"{path}: skipped: unreadable result (not UTF-8 text: byte {err.start})"
+        ) from None
     except (ValueError, RecursionError) as err:
-        raise DataError(f"{path}: skipped: not JSON ({type(err).__name__}: {err})") from None
+        raise DataError(
+            f"{path}: skipped: unreadable result (not JSON: {type(err).__name__}: {err})"
+        ) from None
     try:
         check_result(data)
     except ValueError as err:
@@ -277,5 +281,7 @@ def load_result(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     try:
         raw = Path(path).read_bytes()
     except OSError as err:
-        raise DataError(f"{path}: skipped: unreadable ({type(err).__name__}: {err})") from None
+        raise DataError(
+            f"{path}: skipped: unreadable result ({type(err).__name__}: {err})"
+        ) from None
     return parse_result(raw, path)

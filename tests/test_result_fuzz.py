@@ -1,0 +1,164 @@
+"""Fuzz the result.json reader: any file is accepted and collected, or skipped and named.
+
+Inputs are hypothesis-generated result files built from real ones (the report tests' synthetic
+sweep, laid out as train.run writes them): a field replaced by arbitrary JSON, deleted or
+added, the text cut or given junk bytes (not UTF-8, NUL, BOM), or bytes from scratch. An
+accepted file must then go through everything collect builds (the tables, history,
+provenance, the Parquet file) without an error; a refused one is a one-line problem that
+names the file. Nothing else may be raised.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_report import write_synthetic_sweep
+
+from bench.errors import CollectError
+from bench.results.collect import collect, read_results, record_files, table_files, tidy
+from bench.results.result_file import parse_result
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _real_results() -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_synthetic_sweep(Path(tmp) / "runs")
+
+
+REAL = _real_results()  # ok, failed and diverged cells of two tasks
+KEYS = st.sampled_from(
+    [
+        "cell",
+        "seed",
+        "task",
+        "layers",
+        "status",
+        "best",
+        "metrics",
+        "dev",
+        "accuracy",
+        "history",
+        "epoch",
+        "baseline",
+        "params",
+        "trainable",
+        "schema",
+        "config_hash",
+        "\ud800",
+        "",
+    ]
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8)
+    | st.sampled_from(["ok", "failed", "diverged", "sst2", "-1", "\ud800", "1"])
+)
+JSONISH = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS | st.text(max_size=4), inner),
+    max_leaves=8,
+)
+RAW = st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\xef\xbb\xbf", b"{", b"]", b"\xe2\x80"])
+
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every place in a parsed result: dict keys and list indices, nested."""
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += _paths(value, (*prefix, i))
+    return out
+
+
+@st.composite
+def result_bytes(draw: st.DrawFn) -> bytes:
+    """A real result, mutated a few times, serialised; now and then bytes from scratch."""
+    start = draw(st.integers(0, 9))
+    if start == 0:
+        return draw(st.binary(max_size=64))
+    if start == 1:  # any JSON document at all
+        return json.dumps(draw(JSONISH)).encode("utf-8", errors="surrogatepass")
+    result = json.loads(json.dumps(draw(st.sampled_from(REAL))))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = _paths(result)
+        where = draw(st.sampled_from(paths))
+        parent = result
+        for step in where[:-1]:
+            parent = parent[step]
+        op = draw(st.integers(0, 3))
+        if op == 0 and isinstance(parent, dict):
+            del parent[where[-1]]
+        elif op == 1 and isinstance(parent, dict):
+            parent[draw(KEYS)] = draw(JSONISH)
+        else:
+            parent[where[-1]] = draw(JSONISH)
+    text = json.dumps(result, allow_nan=True, ensure_ascii=draw(st.booleans()))
+    data = text.encode("utf-8", errors="surrogatepass")  # a lone surrogate: invalid UTF-8
+    if draw(st.integers(0, 4)) == 0:
+        at = draw(st.integers(0, len(data)))
+        data = data[:at] + draw(RAW) + data[at:] if draw(st.booleans()) else data[:at]
+    return data
+
+
+def _check_accepted_or_named(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(tmp) / "runs"
+        path = runs / "sst2" / "x" / "seed=1" / "result.json"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        results, problems = read_results([runs])
+        assert len(results) + sum(": skipped: " in p for p in problems) == 1
+        for problem in problems:
+            assert problem.startswith(f"{path}: ") and "\n" not in problem, problem
+        if results:  # accepted: everything collect builds from it works
+            table = tidy(results)
+            files = {**table_files(table), **record_files(results, [runs])}
+            assert len(files) == 5 and all(isinstance(v, bytes) for v in files.values())
+            assert collect([runs], Path(tmp) / "results").equals(table)
+        else:
+            try:
+                collect([runs], Path(tmp) / "results")
+            except CollectError as err:
+                assert "none of the 1 result files" in str(err)
+            else:
+                raise AssertionError("a skipped file was collected")
+            assert not (Path(tmp) / "results").exists()
+
+
+@FUZZ
+@given(data=result_bytes())
+def test_a_result_file_is_collected_or_skipped_and_named(data):
+    _check_accepted_or_named(data)
+
+
+@FUZZ
+@given(data=result_bytes())
+def test_parse_result_raises_only_data_error(data):
+    from bench.errors import DataError
+
+    try:
+        result, warnings = parse_result(data, "x/result.json")
+    except DataError as err:
+        assert str(err).startswith("x/result.json: skipped: ")
+    else:
+        assert isinstance(result, dict) and "cell" in result and "status" in result
+        assert all(w.startswith("x/result.json: ") for w in warnings)
+
+
+def test_every_real_result_is_accepted():
+    """The mutations start from results that are valid as they are."""
+    for result in REAL:
+        parsed, warnings = parse_result(json.dumps(result).encode(), "r.json")
+        assert parsed == result and warnings == []
