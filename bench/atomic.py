@@ -45,6 +45,12 @@ def atomic_write(
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is not None or err.errno is None:
+            raise
+        # A failed write or fsync names no file (ENOSPC, EDQUOT): name the destination.
+        raise OSError(err.errno, err.strerror, str(path)) from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -83,3 +89,25 @@ def append_json_line(path: str | Path, record: dict[str, Any]) -> None:
         os.write(fd, line.encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def unwritable_reason(path: str | Path) -> str | None:
+    """Why files could not be written at ``path`` (a directory, made when missing), or None.
+
+    Nothing is created: the nearest existing ancestor must be a writable directory (so
+    ``--dry-run`` can ask too). Read-only file systems count as unwritable, for root too.
+
+    Args:
+        path: A directory that will be written (it may not exist yet).
+
+    Returns:
+        A short reason naming the path that is in the way, or None when it is writable.
+    """
+    probe = Path(path).absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None

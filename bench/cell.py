@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from bench.axes.freezing import STRATEGIES
 from bench.axes.layers import describe_layers
+from bench.errors import ConfigError
 
 #: The file each cell writes, atomically, into its run directory.
 RESULT_FILE = "result.json"
@@ -61,6 +63,64 @@ _HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused":
 # so those two keys are hashed for these cells when they differ from the defaults. Where the
 # cache lives, and which extra layers a pass stores, change nothing.
 _CACHE_READERS = tuple(name for name, s in STRATEGIES.items() if s.reads_cache)
+
+
+#: Seeds NumPy, PyTorch and Python's ``random`` all accept.
+SEED_RANGE = (0, 2**32 - 1)
+#: The keys whose values become path components of a run or results directory.
+PATH_KEYS = ("sweep_name", "task.name", "encoder.name", "head.label", "freeze.label")
+_UNSAFE_NAME = re.compile(r"[/\\\x00]")
+
+
+def check_name(key: str, value: object) -> str:
+    """Check a value that becomes one path component: not empty, no separator, not ``..``.
+
+    Args:
+        key: The config key, for the message.
+        value: Its value.
+
+    Returns:
+        The value as a string.
+
+    Raises:
+        ConfigError: For an empty name, ``.``/``..`` or a path separator, naming the key.
+    """
+    name = str(value)
+    if name in ("", ".", "..") or _UNSAFE_NAME.search(name) or name != name.strip():
+        raise ConfigError(
+            f"{key}={name!r}: becomes a directory name, so it must be one non-empty name "
+            "without '/', '\\', surrounding spaces or '..' (e.g. linear-d0.1)"
+        )
+    return name
+
+
+def check_identity(cfg: DictConfig) -> None:
+    """Check what a cell's run directory is made of, before any directory is made.
+
+    Every required key is set (``seed`` has no default), the seeds are integers in
+    :data:`SEED_RANGE`, and every name in :data:`PATH_KEYS` is one safe path component, so
+    no cell writes outside ``runs_dir`` or ``results_dir``.
+
+    Args:
+        cfg: A composed config (with or without the ``hydra`` node).
+
+    Raises:
+        ConfigError: Naming the key and what is valid.
+    """
+    cell = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
+    missing = sorted(OmegaConf.missing_keys(cell))
+    if missing:
+        hint = "; e.g. seed=1, or seed=1,2,3 with -m" if "seed" in missing else ""
+        raise ConfigError(f"{', '.join(missing)}: required, no value given{hint}")
+    low, high = SEED_RANGE
+    for key in ("seed", "data_seed"):
+        value = OmegaConf.select(cfg, key, default=0)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{key}={value!r}: must be an integer from {low} to {high}")
+    for key in PATH_KEYS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None:
+            check_name(key, value)
 
 
 def cell_of(cfg: DictConfig) -> dict[str, Any]:

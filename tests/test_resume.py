@@ -18,6 +18,7 @@ from bench.results.run_records import last_launch, read_launch_log
 from bench.run.plan import plan
 from bench.run.resume import (
     CellState,
+    ResumePolicy,
     cell_lock,
     cell_state,
     clear_run_outputs,
@@ -89,26 +90,33 @@ def test_cell_state_classifies_every_kind_of_run_directory(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("state", "rerun_failed", "force", "expected"),
+    ("state", "policy", "expected"),
     [
-        ("pending", False, False, True),
-        ("corrupt", False, False, True),
-        ("stale", False, False, True),
-        ("done", False, False, False),
-        ("done", True, False, False),
-        ("done", False, True, True),
-        ("failed", False, False, False),
-        ("failed", True, False, True),
-        ("diverged", False, False, False),
-        ("diverged", True, False, True),
-        ("running", True, True, False),  # another process is training it: never twice
+        (CellState("pending"), ResumePolicy(), True),
+        (CellState("corrupt"), ResumePolicy(), True),
+        (CellState("stale"), ResumePolicy(), True),
+        (CellState("done"), ResumePolicy(), False),
+        (CellState("done"), ResumePolicy(rerun_failed=True), False),
+        (CellState("done"), ResumePolicy(force=True), True),
+        (CellState("failed"), ResumePolicy(), False),
+        (CellState("failed"), ResumePolicy(rerun_failed=True), True),
+        (CellState("diverged"), ResumePolicy(), False),
+        (CellState("diverged"), ResumePolicy(rerun_failed=True), True),
+        # a full disk or memory: retried unless +rerun_environmental=false
+        (CellState("failed", "OSError: [Errno 28]", True), ResumePolicy(), True),
+        (
+            CellState("failed", "OSError: [Errno 28]", True),
+            ResumePolicy(rerun_environmental=False),
+            False,
+        ),
+        (CellState("running"), ResumePolicy(True, True), False),  # never trained twice
     ],
 )
-def test_which_cells_run_again(state, rerun_failed, force, expected):
-    assert should_run(CellState(state), rerun_failed, force) is expected
+def test_which_cells_run_again(state, policy, expected):
+    assert should_run(state, policy) is expected
 
 
-def test_clearing_a_run_directory_keeps_only_hydras_config(tmp_path):
+def test_clearing_a_run_directory_removes_every_output_of_the_earlier_attempt(tmp_path):
     for name in (
         "result.json",
         "predictions_dev.csv",
@@ -116,13 +124,18 @@ def test_clearing_a_run_directory_keeps_only_hydras_config(tmp_path):
         "logs/metrics.csv",
         "tb/events.out",
         ".hydra/config.yaml",
+        "cli.log",
+        "superseded/abc/result.json",
+        ".running.lock",
     ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     clear_run_outputs(tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        ".hydra",
-        ".hydra/config.yaml",
+        ".running.lock",
+        "superseded",
+        "superseded/abc",
+        "superseded/abc/result.json",
     ]
 
 

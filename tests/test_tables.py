@@ -291,6 +291,7 @@ def test_cli_collects_a_runs_directory(tmp_path):
             "encoder": "minilm",
             "head": "linear",
             "head_label": "linear",
+            "layers": None,
             "freeze": "frozen",
             "freeze_label": "frozen",
             "seed": 1,

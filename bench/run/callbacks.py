@@ -1,4 +1,9 @@
-"""Hydra callbacks: stop a sweep whose cells share a run dir; collect and report at its end."""
+"""Hydra callbacks: check a sweep before it starts; collect and report at its end.
+
+Hydra turns a callback's exceptions into mere warnings and a sweep would end with status 0,
+so both hooks end the process themselves (:class:`SystemExit`) when something is wrong:
+status 2 for a sweep refused before training, 1 when its results could not be written.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from bench.errors import ConfigError, HeadbenchError
 from bench.report import build_report
 from bench.results.collect import collect, print_summary
 from bench.results.run_records import log_launch_event
@@ -22,17 +28,30 @@ class CollectResults(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Stop before training if two cells would write the same run directory."""
+        """Stop before training when the sweep cannot be run as asked.
+
+        That is: a cell's run directory cannot be made (a required key unset, a name with
+        a path separator), the run or results directory is not writable, or two cells
+        would write the same run directory.
+        """
         overrides = list(config.hydra.overrides.task)
-        shared = collisions(plan("", overrides, multirun=True))
-        if shared:  # SystemExit: Hydra turns a callback's exceptions into mere warnings
+        try:
+            cells = plan("", overrides, multirun=True)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        shared = collisions(cells)
+        if shared:
             sys.exit(f"error: {collision_message(shared)}")
         command = " ".join(["python -m bench -m", *(shlex.quote(o) for o in overrides)])
         log_launch_event(config.hydra.sweep.dir, "launch", command=command)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report."""
-        table = collect([config.hydra.sweep.dir], config.results_dir)
+        try:
+            table = collect([config.hydra.sweep.dir], config.results_dir)
+        except (OSError, HeadbenchError) as err:
+            sys.exit(f"error: the results were not collected into {config.results_dir}: {err}")
         print_summary(table)
         report_file = config.get("report_file")
         if report_file and config.results_dir and not table.empty:

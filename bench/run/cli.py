@@ -1,8 +1,15 @@
 """Command line: ``python -m bench [overrides]`` trains one cell, ``-m`` sweeps.
 
 Re-running a sweep resumes it: cells whose result says ``ok`` for the same config are
-skipped; failed and diverged cells are re-run with ``+rerun_failed=true``; ``+force=true``
-re-runs everything. ``--dry-run`` lists what a launch would do without training.
+skipped; failed and diverged cells are re-run with ``+rerun_failed=true`` (those that
+failed for the machine's sake, a full disk or memory, are retried unless
+``+rerun_environmental=false``); ``+force=true`` re-runs everything. The result of an
+earlier configuration of a cell is kept in its ``superseded/`` folder, never deleted.
+``--dry-run`` lists what a launch would do, with every preflight check, without training.
+
+A skipped cell's directory is left untouched: Hydra's ``.hydra/`` files are written here
+when the cell starts training (``hydra.output_subdir`` is null) and Hydra's job log is
+opened only when a line is logged.
 
 Examples:
     python -m bench task=sst2 encoder=minilm head=bilstm freeze=frozen seed=1
@@ -15,30 +22,36 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from functools import partial
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from bench.atomic import atomic_write
 from bench.axes.resolvers import register as register_resolvers
 from bench.cell import config_hash
+from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.run_records import log_launch_event
 from bench.run.logs import route_lightning_logs
 from bench.run.plan import plan, print_plan
 from bench.run.resume import (
+    KEPT_STATES,
     RUNNING,
     CellState,
+    ResumePolicy,
     cell_lock,
     cell_state,
     clear_run_outputs,
     should_run,
+    supersede,
 )
 
 # conf/ derives labels with these resolvers; Hydra resolves them before any task code runs
@@ -56,6 +69,8 @@ def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
         "failed": "; +rerun_failed=true re-runs it",
         "diverged": "; +rerun_failed=true re-runs it",
     }
+    if state.state in ("failed", "diverged") and state.retryable:
+        hints["failed"] = " (+rerun_environmental=false was given)"
     print(f"skip ({state.state}{hints.get(state.state, '')}): {run_dir}/result.json")
     if hydra_cfg.mode == RunMode.MULTIRUN:
         cell_path = os.path.relpath(run_dir, hydra_cfg.sweep.dir)
@@ -70,13 +85,16 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    rerun_failed, force = bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))
     with cell_lock(run_dir) as mine:  # two launches never train one cell at once
         state = cell_state(run_dir, config_hash(cfg)) if mine else CellState(RUNNING)
-        if not should_run(state, rerun_failed, force):
+        if not should_run(state, ResumePolicy.of(cfg)):
             _report_skip(hydra_cfg, run_dir, state)
             return
+        if state.state in KEPT_STATES:
+            kept = supersede(run_dir)
+            print(f"kept the earlier result ({state.state}: {state.reason}) in {kept}")
         clear_run_outputs(run_dir)
+        save_job_config(run_dir, cfg, hydra_cfg)
         route_lightning_logs()
         result = run(cfg, run_dir)
     status = result["status"]
@@ -86,17 +104,65 @@ def _hydra_main(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
+#: Hydra's own folder of a run directory (written by :func:`save_job_config`).
+JOB_CONFIG_DIR = ".hydra"
+
+
+def save_job_config(run_dir: Path, cfg: DictConfig, hydra_cfg: Any) -> Path:
+    """Write ``.hydra/{config,hydra,overrides}.yaml`` as Hydra would, for a cell that trains.
+
+    Hydra's own writing is off (``hydra.output_subdir: null``): it would rewrite the files
+    of every cell a launch visits, also of cells it skips, even of one another process is
+    training.
+
+    Args:
+        run_dir: The cell's run directory.
+        cfg: The task config.
+        hydra_cfg: ``HydraConfig.get()``.
+
+    Returns:
+        The folder written.
+    """
+    folder = run_dir / JOB_CONFIG_DIR
+    files = {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+    }
+    for name, text in files.items():
+        atomic_write(folder / name, partial(_write_text, text))
+    return folder
+
+
+def _write_text(text: str, handle: IO[str]) -> None:
+    handle.write(text)
+
+
+def _usage_error(message: str) -> None:
+    """A bad command: one line on stderr, exit status 2, nothing written."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def _dry_run(args: list[str]) -> None:
+    from bench.run.preflight import check_cell  # torch, transformers: ~8 s
+
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
     flags = [a for a in overrides if a.startswith("-")]
     if flags:
-        sys.exit(f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}")
+        _usage_error(
+            f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}"
+        )
     try:
-        cells = plan(config_dir(), overrides, multirun)
+        cells = plan(config_dir(), overrides, multirun, check=check_cell)
     except (HydraException, OmegaConfBaseException) as err:  # what Hydra itself would report
-        sys.exit(f"error composing the sweep: {err}")
+        _usage_error(f"error composing the sweep: {err}")
+    except ConfigError as err:
+        _usage_error(f"error: {err}")
     print_plan(cells)
+    if any(cell.will_run and cell.problem for cell in cells):
+        sys.exit(2)
 
 
 def _normalise(arg: str) -> str:

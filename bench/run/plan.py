@@ -2,13 +2,15 @@
 
 ``python -m bench -m experiment=cpu_heads --dry-run`` expands the sweep exactly as
 the sweeper does (the experiment's ``hydra.sweeper.params`` plus the command
-line, the command line winning per key), composes every cell's config and reads its
-run directory. Nothing is written and nothing is trained.
+line, the command line winning per key), composes every cell's config, checks what its
+run directory is made of (:func:`bench.cell.check_identity`), runs the given preflight
+check on it and reads its run directory. Nothing is written and nothing is trained.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +22,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from bench.cell import cell_path, config_hash
-from bench.run.resume import CellState, cell_state, running_elsewhere, should_run
+from bench.atomic import unwritable_reason
+from bench.cell import cell_path, check_identity, config_hash
+from bench.errors import ConfigError, HeadbenchError
+from bench.run.resume import CellState, ResumePolicy, cell_state, running_elsewhere, should_run
 from bench.run.sweep import expand
 
 
@@ -34,12 +38,14 @@ class PlannedCell:
         run_dir: Where the cell's result lives.
         state: What the run directory holds now.
         will_run: Whether launching the sweep now trains this cell.
+        problem: Why the preflight check refuses the cell (it would be recorded failed).
     """
 
     overrides: tuple[str, ...]
     run_dir: Path
     state: CellState
     will_run: bool
+    problem: str | None = None
 
 
 def _job_overrides(cfg: DictConfig, overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -73,16 +79,29 @@ def hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
     return initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
 
 
-def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[PlannedCell]:
+def plan(
+    config_dir: str | Path,
+    overrides: list[str],
+    multirun: bool,
+    check: Callable[[DictConfig], None] | None = None,
+) -> list[PlannedCell]:
     """Expand a sweep (or a single run) into its cells and classify each.
 
     Args:
         config_dir: The Hydra config tree (unused inside a running Hydra app).
         overrides: Command-line overrides, without ``-m``.
         multirun: Whether ``-m`` was given.
+        check: A preflight check of one composed cell (e.g.
+            :func:`bench.run.preflight.check_cell`); what it raises becomes the cell's
+            ``problem``.
 
     Returns:
         One :class:`PlannedCell` per job, in launch order.
+
+    Raises:
+        ConfigError: When a cell's run directory cannot be made (a required key such as
+            ``seed`` unset, a seed out of range, a name with a path separator or ``..``),
+            naming the key and the cell.
     """
     cells = []
     with hydra_context(config_dir):
@@ -95,13 +114,47 @@ def plan(config_dir: str | Path, overrides: list[str], multirun: bool) -> list[P
         base = hydra.compose_config("config", overrides, run_mode=run_mode)
         for job in _job_overrides(base, overrides, multirun):
             cfg = compose("config", overrides=job, return_hydra_config=True)
+            try:
+                check_identity(cfg)
+            except ConfigError as err:
+                raise ConfigError(f"{err} (cell: {' '.join(job) or 'the defaults'})") from None
             run_dir = _run_dir(cfg, multirun)
             state = running_elsewhere(run_dir) or cell_state(run_dir, config_hash(cfg))
-            will_run = should_run(
-                state, bool(cfg.get("rerun_failed", False)), bool(cfg.get("force", False))
-            )
-            cells.append(PlannedCell(tuple(job), _run_dir(cfg, multirun), state, will_run))
+            will_run = should_run(state, ResumePolicy.of(cfg))
+            problem = None
+            if check is not None and will_run:
+                try:
+                    check(cfg)
+                except HeadbenchError as err:
+                    problem = f"{type(err).__name__}: {err}"
+            cells.append(PlannedCell(tuple(job), run_dir, state, will_run, problem))
+        check_output_dirs(base, multirun)
     return cells
+
+
+def check_output_dirs(cfg: DictConfig, multirun: bool) -> None:
+    """Check, writing nothing, that a launch can write its run and results directories.
+
+    Args:
+        cfg: The composed config with its ``hydra`` node.
+        multirun: A sweep (its run root, ``results_dir`` and the report's folder) or a
+            single run (its run directory).
+
+    Raises:
+        ConfigError: Naming the key, the directory and what is in the way.
+    """
+    keys = ("hydra.sweep.dir", "results_dir", "report_file") if multirun else ("hydra.run.dir",)
+    for key in keys:
+        value = OmegaConf.select(cfg, key, default=None)
+        if not value:
+            continue
+        folder = Path(str(value)).parent if key == "report_file" else Path(str(value))
+        reason = unwritable_reason(folder)
+        if reason:
+            raise ConfigError(
+                f"{key}={value}: cannot write there ({reason}); choose a writable directory "
+                f"(runs_dir=..., results_dir=... or sweep_name=...)"
+            )
 
 
 def collisions(cells: list[PlannedCell]) -> dict[Path, list[tuple[str, ...]]]:
@@ -130,15 +183,20 @@ def collision_message(shared: dict[Path, list[tuple[str, ...]]]) -> str:
 
 
 def print_plan(cells: list[PlannedCell]) -> None:
-    """Print one line per cell and a count per state."""
+    """Print one line per cell, a count per state and the cells preflight refuses."""
     for cell in cells:
         action = "run " if cell.will_run else "skip"
+        if cell.will_run and cell.problem:
+            action = "fail"
         reason = f"  ({cell.state.reason})" if cell.state.reason else ""
-        print(f"{action} {cell.state.state:<8} {cell.run_dir}{reason}")
+        problem = f"  preflight: {cell.problem}" if cell.will_run and cell.problem else ""
+        print(f"{action} {cell.state.state:<8} {cell.run_dir}{reason}{problem}")
     counts = Counter(cell.state.state for cell in cells)
     to_run = sum(cell.will_run for cell in cells)
+    refused = sum(bool(cell.will_run and cell.problem) for cell in cells)
     states = ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
-    print(f"{len(cells)} cells: {states}; {to_run} would run")
+    failing = f" ({refused} would fail preflight)" if refused else ""
+    print(f"{len(cells)} cells: {states}; {to_run} would run{failing}")
     shared = collisions(cells)
     if shared:
         print(collision_message(shared))

@@ -1,7 +1,8 @@
 """Check a cell's config before anything is trained or written.
 
 :func:`check_cell` catches what would otherwise surface deep inside training as an
-obscure exception: a value of the wrong type, a task or freezing strategy that does not
+obscure exception: a required key left unset (``seed``), a name that would become a path
+outside the runs directory, a value of the wrong type, a task or freezing strategy that does not
 exist, an encoder directory without model or tokenizer files, ``max_length`` above the
 encoder's position limit, ``top_k`` larger than the encoder's depth, a head option the
 head does not have (or one that does not fit the task), ``pooler init=pretrained`` on an
@@ -27,12 +28,13 @@ from omegaconf.errors import OmegaConfBaseException
 from transformers import AutoConfig
 
 from bench.axes import encoders, freezing
+from bench.cell import check_identity
 from bench.data import tasks
 from bench.errors import ConfigError, EncoderError
 from bench.model.encoders import load_tokenizer, resolve_source
 from bench.model.task_types import task_type
 from bench.run.allocator import check_malloc_mode
-from bench.run.plan import hydra_context
+from bench.run.plan import check_output_dirs, hydra_context
 
 # Keys with a fixed type: (allowed types, lower bound or None). `None` in the types = null.
 INT = (int,)
@@ -144,6 +146,7 @@ def check_cell(cfg: DictConfig) -> None:
         ConfigError: For a bad value, naming the key and the valid choices.
         EncoderError: For an encoder without model or tokenizer files.
     """
+    check_identity(cfg)
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     spec = tasks.validate(cfg.task.name)
@@ -194,6 +197,7 @@ def check_command(config_dir: str | Path, overrides: list[str]) -> str | None:
         cfg = compose_single_run(config_dir, overrides)
         if cfg is not None:
             check_cell(cfg)
+            check_output_dirs(cfg, multirun=False)
     except (HydraException, OmegaConfBaseException) as err:
         return f"error composing the config: {err}"
     except (ConfigError, EncoderError) as err:

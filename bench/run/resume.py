@@ -3,9 +3,16 @@
 A cell's run directory is derived from the cell, so re-running a sweep finds every
 earlier result in place. A cell is skipped when its ``result.json`` says ``ok`` for the
 same configuration (same :func:`bench.cell.config_hash`); failed and diverged cells are
-re-run only when asked (``+rerun_failed=true``); everything else (no result, a result
-that cannot be read, a result for a different configuration) is trained again, after the
-previous attempt's leftovers are removed so that nothing half-written survives.
+re-run only when asked (``+rerun_failed=true``), except failures whose cause was the
+machine rather than the cell (a full disk, memory: ``retryable`` in the result), which are
+retried unless ``+rerun_environmental=false``; everything else (no result, a result
+that cannot be read, a result for a different configuration) is trained again.
+
+Before a cell is trained again its earlier outputs are cleared, with one exception: the
+finished result of a *different* configuration (``stale``), or one this version cannot
+read (``corrupt``), is never deleted: its outputs move to
+``<run_dir>/superseded/<config_hash[:12]>/`` (:func:`supersede`), where collect does not
+look. ``+force=true`` is the explicit overwrite of a cell's own result.
 
 A cell being trained holds ``<run_dir>/.running.lock`` (an OS file lock, released when its
 process exits, even when killed), so two launches over overlapping cells never train the
@@ -20,19 +27,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
-from bench.cell import RESULT_FILE
+from bench.cell import RESULT_FILE, SUPERSEDED_DIR
 
 #: Status of a cell as seen from its run directory.
 STATES = ("done", "failed", "diverged", "stale", "corrupt", "pending", "running")
 RUNNING_LOCK = ".running.lock"
 #: The state of a cell another process is training now: never started twice, not even by force.
 RUNNING = "running"
+#: States whose result file is kept (moved to ``superseded/``) before the cell trains again.
+KEPT_STATES = frozenset({"stale", "corrupt"})
 FAILED_STATES = frozenset({"failed", "diverged"})
-# What a run leaves in its directory (Hydra's own `.hydra/` is rewritten by every launch).
-_RUN_OUTPUTS = ("logs", "tb", "predictions_*", ".*.tmp", RESULT_FILE)
+# What a run leaves in its directory: its config (`.hydra/`, written when the cell starts
+# training, bench/run/cli.py), Hydra's job log, the loggers' folders, predictions, the result.
+_RUN_OUTPUTS = (".hydra", "*.log", "logs", "tb", "predictions_*", RESULT_FILE)
+_TEMP_FILES = ".*.tmp"
 
 
 @dataclass(frozen=True)
@@ -45,10 +57,37 @@ class CellState:
             (unreadable result file), ``pending`` (no result) or ``running`` (another
             process is training it: see :func:`cell_lock`).
         reason: The stored failure reason, or why the file is stale or corrupt.
+        retryable: For ``failed``: the cause was the machine (disk, memory), not the cell.
     """
 
     state: str
     reason: str | None = None
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class ResumePolicy:
+    """Which stored results a launch trains again (the ``+`` keys of the command line).
+
+    Attributes:
+        rerun_failed: ``+rerun_failed=true``: re-run ``failed`` and ``diverged`` cells.
+        force: ``+force=true``: re-run every cell, overwriting its own ``ok`` result.
+        rerun_environmental: ``+rerun_environmental=false`` turns off the default retry of
+            cells that failed for a reason of the machine (full disk, out of memory).
+    """
+
+    rerun_failed: bool = False
+    force: bool = False
+    rerun_environmental: bool = True
+
+    @classmethod
+    def of(cls, cfg: Any) -> ResumePolicy:
+        """The policy a composed config asks for (missing keys keep the defaults)."""
+        return cls(
+            rerun_failed=bool(cfg.get("rerun_failed", False)),
+            force=bool(cfg.get("force", False)),
+            rerun_environmental=bool(cfg.get("rerun_environmental", True)),
+        )
 
 
 def cell_state(run_dir: str | Path, config_hash: str) -> CellState:
@@ -75,29 +114,29 @@ def cell_state(run_dir: str | Path, config_hash: str) -> CellState:
     if status == "ok":
         return CellState("done")
     if status in FAILED_STATES:
-        return CellState(status, result.get("reason"))
+        return CellState(status, result.get("reason"), bool(result.get("retryable", False)))
     return CellState("corrupt", f"unexpected status {status!r}")
 
 
-def should_run(state: CellState, rerun_failed: bool = False, force: bool = False) -> bool:
+def should_run(state: CellState, policy: ResumePolicy | None = None) -> bool:
     """Whether a cell in ``state`` is trained (again).
 
     Args:
         state: From :func:`cell_state`.
-        rerun_failed: Re-run ``failed`` and ``diverged`` cells.
-        force: Re-run every cell, including ``done`` ones.
+        policy: What the command line asks for (default: a plain re-run).
 
     Returns:
         True when the cell must be trained.
     """
+    policy = policy or ResumePolicy()
     if state.state == RUNNING:
         return False
-    if force:
+    if policy.force:
         return True
     if state.state == "done":
         return False
     if state.state in FAILED_STATES:
-        return rerun_failed
+        return policy.rerun_failed or (state.retryable and policy.rerun_environmental)
     return True
 
 
@@ -133,10 +172,22 @@ def running_elsewhere(run_dir: str | Path) -> CellState | None:
         return None if mine else CellState(RUNNING, "another process is training it")
 
 
-def clear_run_outputs(run_dir: str | Path) -> list[Path]:
-    """Remove what an earlier attempt left in ``run_dir`` (result, predictions, logs, temp files).
+def _outputs(run_dir: Path) -> list[Path]:
+    return [path for pattern in _RUN_OUTPUTS for path in sorted(run_dir.glob(pattern))]
 
-    Hydra's ``.hydra/`` folder is kept: the launcher has just rewritten it for this run.
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def clear_run_outputs(run_dir: str | Path) -> list[Path]:
+    """Remove what an earlier attempt left in ``run_dir``; ``superseded/`` is kept.
+
+    That is its config, result, predictions, logs and temp files.
 
     Args:
         run_dir: The cell's run directory.
@@ -144,12 +195,43 @@ def clear_run_outputs(run_dir: str | Path) -> list[Path]:
     Returns:
         The removed paths.
     """
-    removed = []
-    for pattern in _RUN_OUTPUTS:
-        for path in Path(run_dir).glob(pattern):
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-            removed.append(path)
+    run_dir = Path(run_dir)
+    removed = _outputs(run_dir) + sorted(run_dir.glob(_TEMP_FILES))
+    _remove(removed)
     return removed
+
+
+def supersede(run_dir: str | Path) -> Path | None:
+    """Keep the outputs of an earlier configuration: move them to ``superseded/``.
+
+    For a ``stale`` cell (a finished result of another configuration) and a ``corrupt`` one
+    (a result file this version cannot read: hand-edited, or from a newer headbench): such a
+    file is never deleted. The target is ``<run_dir>/superseded/<stored config_hash[:12]>/``
+    (``unreadable`` when the file cannot be read; ``-2``, ``-3`` ... when that name is
+    taken). Temp files of an interrupted write are removed.
+
+    Args:
+        run_dir: The cell's run directory.
+
+    Returns:
+        The folder the outputs moved to, or None when there was no result file to keep.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / RESULT_FILE
+    if not path.exists():
+        return None
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        name = str(stored["config_hash"])[:12]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = "unreadable"
+    target = run_dir / SUPERSEDED_DIR / name
+    number = 1
+    while target.exists():
+        number += 1
+        target = run_dir / SUPERSEDED_DIR / f"{name}-{number}"
+    target.mkdir(parents=True)
+    for output in _outputs(run_dir):
+        output.rename(target / output.name)
+    _remove(sorted(run_dir.glob(_TEMP_FILES)))
+    return target

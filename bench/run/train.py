@@ -35,6 +35,7 @@ from bench.results.degenerate import prediction_summary
 from bench.run import provenance
 from bench.run.allocator import ConfigureMalloc, configure_malloc
 from bench.run.distributed import trainer_strategy
+from bench.run.failures import failure_reason, is_environmental
 from bench.run.preflight import check_cell, check_max_length
 from bench.run.timing import TrainLoopTimer
 
@@ -46,6 +47,11 @@ def _main_metric(cfg: DictConfig) -> str | None:
         return get_task(cfg.task.name).main_metric
     except KeyError:
         return None  # the unknown task is reported by the run itself
+
+
+def _cache_config(cfg: DictConfig) -> dict[str, Any] | None:
+    cache = OmegaConf.to_container(cfg.cache, resolve=True) if "cache" in cfg else None
+    return {str(k): v for k, v in cache.items()} if isinstance(cache, dict) else None
 
 
 def _loggers(run_dir: Path) -> list[Any]:
@@ -182,7 +188,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         result.update(status="diverged", reason=str(err), diverged_step=err.step)
         log.error("cell %s diverged: %s", cell_path(cfg), err)
     except Exception as err:  # a failing cell is recorded, never fatal to the sweep
-        result.update(status="failed", reason=f"{type(err).__name__}: {err}")
+        writes = {"run_dir": run_dir, "cache": cache_dir(_cache_config(cfg), "features")}
+        result.update(status="failed", reason=failure_reason(err, writes))
+        result["retryable"] = is_environmental(err)  # retried by the next launch
         result["traceback"] = traceback.format_exc()
         log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
     result["wall_time_s"] = time.perf_counter() - started
