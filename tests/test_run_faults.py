@@ -101,6 +101,13 @@ def test_a_rerun_with_another_config_keeps_the_finished_result_in_superseded(tmp
         [stored_hash, newer["config_hash"][:12]]
     )
 
+    # +force=true re-trains a done cell; its finished result is kept as well (a suffix).
+    done = (cell / "result.json").read_bytes()
+    forced = _bench(*_sweep(tmp_path, "seed=1", "+force=true"))
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert f"kept the earlier result (done) in {cell}/superseded/{stored_hash}-2" in forced.stdout
+    assert (cell / "superseded" / f"{stored_hash}-2" / "result.json").read_bytes() == done
+
 
 def test_an_unreadable_result_is_kept_not_deleted(tmp_path):
     cell = tmp_path / "runs" / CELL

@@ -302,6 +302,25 @@ def read_history(out_dir: str | Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), "seed": "Int64"})
 
 
+def results_lock(out_dir: str | Path) -> FileLock:
+    """The lock of a results directory: one collect (and its report) at a time.
+
+    Two sweeps sharing a results directory, or many launcher jobs, collect in turn; each
+    reads the run directories under the lock, so the last one to publish also read last,
+    and the tables never go back to an earlier view. The lock is re-entrant within a
+    process (a sweep's end holds it while collecting and building the report).
+
+    Args:
+        out_dir: The results directory (created if missing).
+
+    Returns:
+        The lock (use it as a context manager).
+    """
+    folder = Path(out_dir).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / ".collect.lock"), is_singleton=True)
+
+
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
     """Read results under ``roots``, report problems, optionally write the outputs.
 
@@ -319,7 +338,14 @@ def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataF
         CollectError: If a root does not exist or holds no result file, or if none of the
             result files passes its check; ``out_dir`` is left as it was.
     """
-    roots = list(roots)
+    if out_dir is None:
+        return _collect(list(roots), None)
+    with results_lock(out_dir):
+        return _collect(list(roots), out_dir)
+
+
+def _collect(roots: list[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
+    """:func:`collect`, with the results directory's lock held when it is written."""
     unchanged = f"nothing written to {out_dir}" if out_dir is not None else "nothing collected"
     missing = [f"{root} does not exist" for root in roots if not Path(root).exists()]
     missing += [
@@ -342,11 +368,7 @@ def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataF
     table = tidy(results)
     if out_dir is not None:
         files = {**record_files(results, roots), **table_files(table)}
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        # One writer at a time per results directory (two sweeps, or many launcher jobs,
-        # sharing it): the CSV, Parquet and side files always come from the same collect.
-        with FileLock(Path(out_dir) / ".collect.lock"):
-            publish(out_dir, files)
+        publish(out_dir, files)
         path = Path(out_dir) / "results.csv"
         print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")
     return table

@@ -7,6 +7,7 @@ status 2 for a sweep refused before training, 1 when its results could not be wr
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from typing import Any
@@ -16,7 +17,7 @@ from omegaconf import DictConfig
 
 from bench.errors import ConfigError, HeadbenchError
 from bench.report import build_report
-from bench.results.collect import collect, print_summary
+from bench.results.collect import collect, print_summary, results_lock
 from bench.results.run_records import log_launch_event
 from bench.run.plan import collision_message, collisions, plan
 
@@ -48,10 +49,19 @@ class CollectResults(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report."""
+        results_dir = config.results_dir
         try:
-            table = collect([config.hydra.sweep.dir], config.results_dir)
+            # The report is built under the results lock too: a sweep sharing the results
+            # directory cannot publish a fuller table between this collect and this report.
+            lock = results_lock(results_dir) if results_dir else contextlib.nullcontext()
+            with lock:
+                self._collect_and_report(config)
         except (OSError, HeadbenchError) as err:
-            sys.exit(f"error: the results were not collected into {config.results_dir}: {err}")
+            sys.exit(f"error: the results were not collected into {results_dir}: {err}")
+
+    @staticmethod
+    def _collect_and_report(config: DictConfig) -> None:
+        table = collect([config.hydra.sweep.dir], config.results_dir)
         print_summary(table)
         report_file = config.get("report_file")
         if report_file and config.results_dir and not table.empty:

@@ -92,7 +92,8 @@ def _hydra_main(cfg: DictConfig) -> None:
             return
         if state.state in KEPT_STATES:
             kept = supersede(run_dir)
-            print(f"kept the earlier result ({state.state}: {state.reason}) in {kept}")
+            why = f"{state.state}: {state.reason}" if state.reason else state.state
+            print(f"kept the earlier result ({why}) in {kept}")
         clear_run_outputs(run_dir)
         save_job_config(run_dir, cfg, hydra_cfg)
         route_lightning_logs()

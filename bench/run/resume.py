@@ -38,8 +38,10 @@ STATES = ("done", "failed", "diverged", "stale", "corrupt", "pending", "running"
 RUNNING_LOCK = ".running.lock"
 #: The state of a cell another process is training now: never started twice, not even by force.
 RUNNING = "running"
-#: States whose result file is kept (moved to ``superseded/``) before the cell trains again.
-KEPT_STATES = frozenset({"stale", "corrupt"})
+#: States whose result file is kept (moved to ``superseded/``) before the cell trains again:
+#: a finished result (``done`` re-trained with ``+force=true``, or ``stale``) and one that
+#: cannot be read (``corrupt``) are never deleted.
+KEPT_STATES = frozenset({"done", "stale", "corrupt"})
 FAILED_STATES = frozenset({"failed", "diverged"})
 # What a run leaves in its directory: its config (`.hydra/`, written when the cell starts
 # training, bench/run/cli.py), Hydra's job log, the loggers' folders, predictions, the result.
@@ -204,7 +206,8 @@ def clear_run_outputs(run_dir: str | Path) -> list[Path]:
 def supersede(run_dir: str | Path) -> Path | None:
     """Keep the outputs of an earlier configuration: move them to ``superseded/``.
 
-    For a ``stale`` cell (a finished result of another configuration) and a ``corrupt`` one
+    For a ``done`` cell re-trained by force, a ``stale`` one (a finished result of another
+    configuration) and a ``corrupt`` one
     (a result file this version cannot read: hand-edited, or from a newer headbench): such a
     file is never deleted. The target is ``<run_dir>/superseded/<stored config_hash[:12]>/``
     (``unreadable`` when the file cannot be read; ``-2``, ``-3`` ... when that name is
