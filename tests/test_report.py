@@ -313,29 +313,26 @@ def test_a_multirun_directory_gives_the_same_headline_as_its_results(report, tmp
     )
 
 
-def test_cli_writes_the_report_and_names_a_missing_source(tmp_path):
-    write_synthetic_sweep(tmp_path / "runs")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "r.html"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.report", str(tmp_path / "runs"), "-o", str(out)],
+def _report_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m bench.report ARGS`` in a subprocess (one BLAS thread)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bench.report", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
         timeout=300,
     )
+
+
+def test_cli_writes_the_report_and_names_a_missing_source(tmp_path):
+    write_synthetic_sweep(tmp_path / "runs")
+    out = tmp_path / "r.html"
+    proc = _report_cli(str(tmp_path / "runs"), "-o", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert out.is_file() and f"wrote {out}" in proc.stdout
     missing = tmp_path / "nowhere"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.report", str(missing)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = _report_cli(str(missing))
     assert proc.returncode != 0 and str(missing) in proc.stderr
 
 
@@ -361,18 +358,10 @@ def test_a_result_without_config_hash_is_reported_not_a_crash(tmp_path):
     result = json.loads(path.read_text())
     del result["config_hash"]
     path.write_text(json.dumps(result))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     collect([runs], tmp_path / "results")
     for source in (runs, tmp_path / "results"):  # a multirun dir, and its collected results
         out = tmp_path / f"{source.name}.html"
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.report", str(source), "-o", str(out)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
+        proc = _report_cli(str(source), "-o", str(out))
         assert proc.returncode == 0, proc.stderr[-2000:]
         soup = BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
         notes = _section(soup, "provenance").find("pre").get_text()
