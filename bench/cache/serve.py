@@ -208,7 +208,9 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
     Returns:
         The served features; ``record`` holds ``enabled``, ``hits``, ``misses`` (splits
         encoded by this cell), ``stored`` (layers encoded by this cell), ``build_s``,
-        ``layers``, ``top_from``, ``dtype``, ``dir``.
+        ``layers``, ``top_from``, ``dtype``, ``dir`` and ``rebuilt`` (the damaged cache
+        files this cell found, removed and encoded again: ``{"file", "reason"}`` each;
+        a warning names each one as it is found).
 
     Raises:
         ConfigError: For an unknown ``cache.dtype`` or ``cache.store_layers``.
@@ -278,5 +280,6 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
         "top_from": plan.start,
         "dtype": dtype_name,
         "dir": str(store.root),
+        "rebuilt": store.damaged,
     }
     return ServedFeatures(record, plan, served)

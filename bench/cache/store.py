@@ -7,8 +7,15 @@ concatenated example after example, and ``index`` holds each example's ``[start,
 rows (the same layout for sequence and token tasks).
 
 Files are written to a temp file in the same directory and published with ``os.replace``;
-a ``filelock`` lock per split makes concurrent processes of one sweep encode it once. A
-damaged (e.g. truncated) file fails validation and is rebuilt, never read.
+a ``filelock`` lock per split makes concurrent processes of one sweep encode it once.
+
+Every file carries a checksum of its contents in its safetensors metadata (``checksum``:
+``sha256:<hex>`` of the tensors' names, dtypes, shapes and bytes, computed when it is
+written) and is verified whenever it is read: the bytes are hashed as they are loaded, no
+second read. A damaged file (truncated, overwritten in place, unreadable, with arrays that
+do not fit its key) is never served: the reader holding the split's lock logs a warning
+naming the file, removes it and encodes the split again (:attr:`FeatureStore.damaged`
+lists what it found, for the cell's result).
 """
 
 from __future__ import annotations
@@ -26,12 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 from filelock import FileLock
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save
+from safetensors import safe_open
+from safetensors.torch import save
 from torch import Tensor, nn
 
 from bench.atomic import append_json_line, atomic_write
-from bench.cache.keys import ENCODER_KEYS, FeatureKey
+from bench.cache.keys import DTYPES, ENCODER_KEYS, FeatureKey, tensor_digest
 from bench.clock import utc_now
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,25 @@ log = logging.getLogger(__name__)
 #: host, pid, seconds), appended under the split's lock, so it counts encoder passes across
 #: every process and node sharing the cache.
 BUILD_LOG = "builds.jsonl"
+#: The tensors every file holds, and the metadata field with their checksum.
+TENSORS = ("index", "states")
+CHECKSUM = "checksum"
+
+
+def checksum(tensors: dict[str, Tensor]) -> str:
+    """The checksum a file records for its tensors: ``sha256:<hex>``.
+
+    Args:
+        tensors: The file's named tensors.
+
+    Returns:
+        The hash of their names, dtypes, shapes and bytes, with the algorithm's name.
+    """
+    return f"sha256:{tensor_digest(tensors)}"
+
+
+class DamagedEntry(Exception):
+    """A cache file that cannot be served: unreadable, altered, or not matching its key."""
 
 
 @dataclass
@@ -69,7 +95,9 @@ class FlatStates:
             raise ValueError(f"states shape {tuple(s.shape)}, expected (*, {n_layers}, H)")
         if idx.shape != (n_examples, 2):
             raise ValueError(f"index shape {tuple(idx.shape)}, expected ({n_examples}, 2)")
-        if n_examples and (int(idx[:, 0].min()) < 0 or int((idx[:, 0] + idx[:, 1]).max()) > len(s)):
+        if idx.dtype != torch.int64:
+            raise ValueError(f"index dtype {idx.dtype}, expected torch.int64")
+        if n_examples and (int(idx.min()) < 0 or int((idx[:, 0] + idx[:, 1]).max()) > len(s)):
             raise ValueError("index points outside the states")
 
     def layer(self, j: int) -> FlatStates:
@@ -95,38 +123,92 @@ class FeatureStore:
 
     Args:
         root: The cache directory (created on demand).
+
+    Attributes:
+        root: The cache directory.
+        damaged: Entries this store found damaged, removed and handed back for rebuilding
+            (``{"file", "reason"}`` each, in the order found).
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self.damaged: list[dict[str, str]] = []
 
     def path(self, key: FeatureKey) -> Path:
         """Where the entry of ``key`` lives."""
         return self.root / key.filename()
 
     def load(self, key: FeatureKey, n_examples: int) -> FlatStates | None:
-        """Read a valid entry, or None if it is missing or damaged (a damaged one is removed)."""
+        """Read a verified entry, or None if it is missing or damaged.
+
+        A damaged entry is removed with a warning and recorded in :attr:`damaged`; the
+        caller rebuilds it (:meth:`get_layers` does, under the split's lock).
+
+        Args:
+            key: The entry's key (one layer).
+            n_examples: Examples the split holds.
+
+        Returns:
+            The entry's states, or None.
+        """
         path = self.path(key)
-        if not path.exists():
-            return None
         try:
-            tensors = load_file(path)
-            flat = FlatStates(tensors["states"], tensors["index"])
-            flat.check(n_examples, len(key.layers))
+            return self._open(key, n_examples)
+        except DamagedEntry as err:
+            log.warning(
+                "feature cache file %s is damaged (%s); removing it and rebuilding it",
+                path,
+                err,
+            )
+            path.unlink(missing_ok=True)
+            self.damaged.append({"file": str(path), "reason": str(err)})
+            return None
+
+    def _open(self, key: FeatureKey, n_examples: int) -> FlatStates | None:
+        """Read and verify an entry; None if missing (changes nothing on disk).
+
+        Raises:
+            DamagedEntry: If the file cannot be read, fails its checksum, or its arrays or
+                metadata do not fit ``key``.
+        """
+        path = self.path(key)
+        try:
             with safe_open(path, framework="pt") as handle:
                 meta = handle.metadata() or {}
-            if meta.get("key_digest") != key.digest():
-                raise ValueError("key digest in the file does not match")
-        except (SafetensorError, OSError, KeyError, ValueError, RuntimeError) as err:
-            log.warning("feature cache entry %s is damaged (%s); rebuilding it", path, err)
-            path.unlink(missing_ok=True)
+                names = sorted(handle.keys())
+                if names != sorted(TENSORS):
+                    raise DamagedEntry(f"holds tensors {names}, expected {sorted(TENSORS)}")
+                tensors = {name: handle.get_tensor(name) for name in TENSORS}
+        except FileNotFoundError:
             return None
+        except DamagedEntry:
+            raise
+        except Exception as err:  # whatever the bytes are, an unreadable file is damage
+            raise DamagedEntry(f"unreadable: {type(err).__name__}: {err}") from err
+        recorded = meta.get(CHECKSUM)
+        if recorded is None:
+            raise DamagedEntry("no checksum recorded")
+        if recorded != checksum(tensors):
+            raise DamagedEntry("checksum mismatch: its contents changed after it was written")
+        if meta.get("key_digest") != key.digest():
+            raise DamagedEntry("key digest in the file does not match")
+        flat = FlatStates(tensors["states"], tensors["index"])
+        if key.dtype in DTYPES and flat.states.dtype != DTYPES[key.dtype]:
+            raise DamagedEntry(f"states dtype {flat.states.dtype}, expected {key.dtype}")
+        try:
+            flat.check(n_examples, len(key.layers))
+        except (ValueError, RuntimeError) as err:
+            raise DamagedEntry(str(err)) from err
         return flat
 
     def save(self, key: FeatureKey, flat: FlatStates) -> Path:
         """Publish an entry atomically (temp file in the same directory, fsync, rename)."""
-        meta = {"key_digest": key.digest(), "key": json.dumps(asdict(key))}
         tensors = {"states": flat.states.contiguous(), "index": flat.index.contiguous()}
+        meta = {
+            "key_digest": key.digest(),
+            "key": json.dumps(asdict(key)),
+            CHECKSUM: checksum(tensors),
+        }
         data = save(tensors, metadata=meta)  # safetensors bytes, published in one rename
         return atomic_write(self.path(key), lambda handle: handle.write(data), binary=True)
 
@@ -140,9 +222,10 @@ class FeatureStore:
     ) -> tuple[FlatStates, list[int]]:
         """Return a split's states of ``layers``, encoding the missing ones in one pass.
 
-        Each layer is its own entry. If any of ``layers`` is missing, one call of ``build``
-        under the split's lock computes every missing layer of ``layers`` and ``extra``
-        (the layers other cells of the sweep will read), and each is published.
+        Each layer is its own entry. If any of ``layers`` is missing or damaged, one call
+        of ``build`` under the split's lock computes every missing layer of ``layers`` and
+        ``extra`` (the layers other cells of the sweep will read), and each is published.
+        A damaged file is reported (a warning naming it) and recorded in :attr:`damaged`.
 
         Args:
             key: The split's key (its ``layers`` are ignored).
@@ -162,6 +245,7 @@ class FeatureStore:
         lock = self.path(group).with_suffix(".lock")
         lock.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(lock)):
+            damaged_before = len(self.damaged)
             have = {i: self.load(key.with_layers((i,)), n_examples) for i in layers}
             missing: list[int] = []
             if any(flat is None for flat in have.values()):  # else built meanwhile elsewhere
@@ -174,6 +258,7 @@ class FeatureStore:
                 )
                 missing = sorted(i for i, flat in have.items() if flat is None)
             if missing:
+                repaired = [d["file"] for d in self.damaged[damaged_before:]]
                 started = time.perf_counter()
                 flat = build(missing)
                 flat.check(n_examples, len(missing))
@@ -186,6 +271,7 @@ class FeatureStore:
                         "entry": group.filename(),
                         "split": key.split,
                         "layers": missing,
+                        "rebuilt": [str(Path(f).relative_to(self.root)) for f in repaired],
                         "host": socket.gethostname(),
                         "pid": os.getpid(),
                         "seconds": time.perf_counter() - started,
@@ -197,10 +283,18 @@ class FeatureStore:
     def _read(
         self, key: FeatureKey, layers: Sequence[int], n_examples: int
     ) -> list[FlatStates] | None:
-        """The stored layers, or None if any is missing or they disagree (then removed)."""
+        """The stored layers, or None if any is missing, damaged, or they disagree.
+
+        Runs without the lock, so it removes nothing but layers that disagree: a damaged
+        file is left to :meth:`get_layers`' locked pass, which warns, removes and rebuilds it
+        once (another process may have replaced it meanwhile).
+        """
         parts = []
         for i in layers:
-            flat = self.load(key.with_layers((i,)), n_examples)
+            try:
+                flat = self._open(key.with_layers((i,)), n_examples)
+            except DamagedEntry:  # reported and replaced under the lock, by whoever holds it
+                return None
             if flat is None:
                 return None
             parts.append(flat)
