@@ -105,3 +105,13 @@ def test_hub_split_matches_the_local_file_with_tags_mapped_by_name(conll_dir):
     local = read_conll(conll_file(conll_dir, SPEC, "dev.txt"), SPEC)
     assert hub["tokens"] == local["tokens"]
     assert hub["label"] == local["label"]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_a_byte_order_mark_is_not_glued_to_the_first_token(conll_dir, tmp_path, newline):
+    """A Windows editor's BOM: dev is still 3,250 sentences (3,251 with '\\ufeff-DOCSTART-')."""
+    source = conll_file(conll_dir, SPEC, "dev.txt")
+    copy = tmp_path / SPEC.local_dir / "dev.txt"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(b"\xef\xbb\xbf" + source.read_bytes().replace(b"\n", newline))
+    assert read_conll(conll_file(tmp_path, SPEC, "dev.txt"), SPEC) == read_conll(source, SPEC)

@@ -53,6 +53,17 @@ def test_reader_maps_text_columns_by_header_name(data_dir):
     assert stsb["label"][:2] == [5.0, 4.75]
 
 
+@pytest.mark.parametrize("task", ["sst2", "cola", "rte", "stsb"])
+def test_a_byte_order_mark_leaves_every_row_as_it_was(data_dir, tmp_path, task):
+    """A BOM before a header (SST-2, RTE, STS-B) or before a header-less first row (CoLA)."""
+    spec = get_task(task)
+    source = glue_file(data_dir, spec, "dev.tsv")
+    raw = source.read_bytes()
+    assert not raw.startswith(b"\xef\xbb\xbf")
+    _write(tmp_path, task, "dev.tsv", b"\xef\xbb\xbf" + raw)
+    assert read_glue_tsv(glue_file(tmp_path, spec, "dev.tsv"), spec) == read_glue_tsv(source, spec)
+
+
 def _write(tmp_path, task, filename, content: bytes):
     spec = get_task(task)
     path = tmp_path / "glue" / spec.glue_dir / filename

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.tasks import TokenTaskSpec
+from bench.data.text_lines import read_lines
 from bench.errors import DataError
 
 N_COLUMNS = 4  # token, POS tag, chunk tag, NER tag
@@ -105,37 +106,30 @@ def read_conll(path: str | Path, spec: TokenTaskSpec) -> dict[str, list[Any]]:
             columns["label"].append(tags)
         tokens, tags, previous = [], [], "O"
 
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as err:
-                raise DataError(
-                    f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})"
-                ) from None
-            if not line.strip():
-                end_sentence()
-                continue
-            cells = line.split(" ")
-            if cells[0] == DOCSTART:
-                end_sentence()
-                continue
-            if len(cells) != N_COLUMNS or not all(cells):
-                raise DataError(
-                    f"{path}:{number}: expected {N_COLUMNS} space-separated columns "
-                    f"(token POS chunk NER), found {line!r}"
-                )
-            tag = cells[-1]
-            if tag not in label_ids:
-                raise DataError(
-                    f"{path}:{number}: unknown tag {tag!r}; valid tags: {list(spec.label_names)}"
-                )
-            problem = iob2_error(previous, tag)
-            if problem:
-                raise DataError(f"{path}:{number}: {problem}")
-            tokens.append(cells[0])
-            tags.append(label_ids[tag])
-            previous = tag
+    for number, line in read_lines(path):
+        if not line.strip():
+            end_sentence()
+            continue
+        cells = line.split(" ")
+        if cells[0] == DOCSTART:
+            end_sentence()
+            continue
+        if len(cells) != N_COLUMNS or not all(cells):
+            raise DataError(
+                f"{path}:{number}: expected {N_COLUMNS} space-separated columns "
+                f"(token POS chunk NER), found {line!r}"
+            )
+        tag = cells[-1]
+        if tag not in label_ids:
+            raise DataError(
+                f"{path}:{number}: unknown tag {tag!r}; valid tags: {list(spec.label_names)}"
+            )
+        problem = iob2_error(previous, tag)
+        if problem:
+            raise DataError(f"{path}:{number}: {problem}")
+        tokens.append(cells[0])
+        tags.append(label_ids[tag])
+        previous = tag
     end_sentence()
     if not columns["idx"]:
         raise DataError(f"{path}: no sentences")

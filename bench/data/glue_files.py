@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.tasks import TaskSpec
+from bench.data.text_lines import read_lines
 from bench.errors import DataError
 
 _COLA_COLUMNS = 4  # source code, label, original mark, sentence
@@ -45,22 +46,7 @@ def glue_file(data_dir: str | Path, spec: TaskSpec, filename: str) -> Path:
 
 
 def _decode_lines(path: Path) -> list[str]:
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise DataError(
-                f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})"
-            ) from None
-        if number == 1:
-            text = text.removeprefix("\ufeff")
-        out.append(text.removesuffix("\r"))
-    return out
+    return [text for _, text in read_lines(path)]
 
 
 def _column_index(path: Path, header: list[str], column: str | int) -> int:

@@ -106,7 +106,7 @@ def cell_state(run_dir: str | Path, config_hash: str) -> CellState:
     if not path.exists():
         return CellState("pending")
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = json.loads(path.read_text(encoding="utf-8-sig"))  # as collect reads it
         status = result["status"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         return CellState("corrupt", f"{type(err).__name__}: {err}")
@@ -224,7 +224,7 @@ def supersede(run_dir: str | Path) -> Path | None:
     if not path.exists():
         return None
     try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = json.loads(path.read_text(encoding="utf-8-sig"))
         name = str(stored["config_hash"])[:12]
     except (OSError, ValueError, KeyError, TypeError):
         name = "unreadable"
