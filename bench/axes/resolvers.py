@@ -5,7 +5,10 @@
 - ``${hb.freeze_label:name[,k]}``: :func:`bench.axes.freezing.freeze_label` (``top2``);
 - ``${hb.by_task_kind:task,sequence_value,token_value}``: one value for sequence tasks
   (GLUE) and another for token tasks (CoNLL-2003), e.g. a head's ``pool`` (a token head
-  classifies every token, so nothing is pooled).
+  classifies every token, so nothing is pooled);
+- ``${hb.data_dir:}``: the data directory when ``data.dir`` is not set
+  (:func:`bench.data.location.default_data_dir`: ``$HEADBENCH_DATA``, else
+  ``../shared/data`` beside the checkout, else null for the Hub).
 
 :func:`register` runs when :mod:`bench.axes` is imported; it is idempotent.
 """
@@ -19,6 +22,7 @@ from omegaconf import OmegaConf
 
 from bench.axes.freezing import freeze_label
 from bench.axes.heads import head_label
+from bench.data.location import default_data_dir
 from bench.data.tasks import validate as validate_task
 
 
@@ -44,10 +48,15 @@ def by_task_kind(task: str, sequence_value: Any, token_value: Any) -> Any:
     return _plain(token_value if kind == "token" else sequence_value)
 
 
+def _data_dir(*_: Any) -> str | None:
+    return default_data_dir()
+
+
 RESOLVERS: dict[str, Callable[..., Any]] = {
     "hb.head_label": _head_label,
     "hb.freeze_label": _freeze_label,
     "hb.by_task_kind": by_task_kind,
+    "hb.data_dir": _data_dir,
 }
 
 

@@ -20,6 +20,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
+from bench.data.location import load_from_hub
 from bench.data.samplers import BucketedLengthSampler
 from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
 from bench.data.token_cache import cached_encode, columns_digest, tokenizer_digest
@@ -51,7 +52,10 @@ def load_split(spec: TaskSpec, source: SplitSource, data_dir: str | Path | None)
 def _load_hub_split(spec: TaskSpec, source: SplitSource) -> Columns:
     from datasets import load_dataset  # the Hub path only; importing it costs ~1.6 s
 
-    dataset = load_dataset(GLUE_HUB_ID, spec.hub_config, split=source.hub_split)
+    dataset = load_from_hub(
+        lambda: load_dataset(GLUE_HUB_ID, spec.hub_config, split=source.hub_split),
+        f"{GLUE_HUB_ID} {spec.hub_config} {source.hub_split}",
+    )
     columns: Columns = dataset.to_dict()
     if not spec.is_regression:
         hub_names = dataset.features["label"].names

@@ -21,6 +21,7 @@ import torch
 from bench.atomic import atomic_write
 from bench.data.alignment import IGNORE, align_labels, prepare_tokenizer
 from bench.data.conll import conll_file, is_valid_iob2, read_conll
+from bench.data.location import load_from_hub
 from bench.data.sequence_datamodule import Columns, Encoded, SplitLoaders
 from bench.data.tasks import SplitSource, TokenTaskSpec
 from bench.errors import DataError
@@ -52,7 +53,10 @@ def _load_hub_split(spec: TokenTaskSpec, source: SplitSource) -> Columns:
     from datasets import load_dataset  # the Hub path only; importing it costs ~1.6 s
 
     where = f"{spec.hub_id}@{spec.hub_revision} {source.hub_split}"
-    dataset = load_dataset(spec.hub_id, revision=spec.hub_revision, split=source.hub_split)
+    dataset = load_from_hub(
+        lambda: load_dataset(spec.hub_id, revision=spec.hub_revision, split=source.hub_split),
+        where,
+    )
     feature = dataset.features[spec.hub_tags_column]
     hub_names = list(getattr(getattr(feature, "feature", None), "names", None) or [])
     missing = set(hub_names) - set(spec.label_names)
