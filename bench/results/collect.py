@@ -17,12 +17,13 @@ memory and published together (:func:`bench.results.publish.publish`): all or no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,8 @@ from bench.results.run_records import (
 )
 
 log = logging.getLogger(__name__)
+#: The lock file of a results directory (:func:`results_lock`).
+COLLECT_LOCK = ".collect.lock"
 
 TABLE_COLUMNS = [
     *CELL_COLUMNS,
@@ -302,23 +305,36 @@ def read_history(out_dir: str | Path) -> pd.DataFrame:
     return pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), "seed": "Int64"})
 
 
-def results_lock(out_dir: str | Path) -> FileLock:
-    """The lock of a results directory: one collect (and its report) at a time.
+@contextlib.contextmanager
+def results_lock(out_dir: str | Path) -> Iterator[None]:
+    """Hold the lock of a results directory: one collect (and its report) at a time.
 
     Two sweeps sharing a results directory, or many launcher jobs, collect in turn; each
     reads the run directories under the lock, so the last one to publish also read last,
     and the tables never go back to an earlier view. The lock is re-entrant within a
-    process (a sweep's end holds it while collecting and building the report).
+    process (a sweep's end holds it while collecting and building the report). A results
+    directory this call had to create is removed again if the block fails: a collect that
+    writes nothing leaves nothing behind.
 
     Args:
         out_dir: The results directory (created if missing).
 
-    Returns:
-        The lock (use it as a context manager).
+    Yields:
+        Nothing; the lock is held inside the ``with`` block.
     """
     folder = Path(out_dir).resolve()
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(folder / ".collect.lock"), is_singleton=True)
+    lock = FileLock(str(folder / COLLECT_LOCK), is_singleton=True)
+    with lock:
+        try:
+            yield
+        except BaseException:
+            if created:
+                Path(lock.lock_file).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # not empty: another writer came meanwhile
+                    folder.rmdir()
+            raise
 
 
 def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
