@@ -6,11 +6,11 @@ its own runs, results and cache directories; the end-of-sweep callback collects 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 
 import pandas as pd
@@ -18,12 +18,12 @@ import pytest
 
 from bench.cache.store import BUILD_LOG
 from bench.results.collect import read_history, read_table
-from bench.run.cli import LAUNCHER_PLUGINS, missing_launcher
+from bench.run.cli import LAUNCHER_PLUGINS, missing_launcher, plugin_installed
 from conftest import ROOT
 
 PLUGINS = ("hydra_plugins.hydra_joblib_launcher", "hydra_plugins.hydra_submitit_launcher")
 needs_plugins = pytest.mark.skipif(
-    any(find_spec(m.split(".")[0]) is None or find_spec(m) is None for m in PLUGINS),
+    not all(plugin_installed(m) for m in PLUGINS),
     reason="pip install 'headbench[joblib,slurm]' (nox -s tests does)",
 )
 
@@ -48,7 +48,7 @@ LAUNCHERS = {
 # `ray` joins when its plugin is installed (nox -s tests does not install it: heavy). Ray
 # replaces logging's record factory in its workers; the tiny models' tokenizer corpus is read
 # from source files, so that no longer changes them (test_tiny_corpus_ignores_runtime_patches).
-if find_spec("hydra_plugins") and find_spec("hydra_plugins.hydra_ray_launcher"):
+if plugin_installed("hydra_plugins.hydra_ray_launcher"):
     LAUNCHERS["ray"] = ("hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2")
 CELL_KEYS = ["task", "encoder", "head_label", "freeze_label", "seed"]
 
@@ -151,8 +151,15 @@ def test_every_launcher_preset_has_a_plugin_entry_and_composes(compose_cfg):
     assert cfg.seed == 1  # the launcher knobs are Hydra's; composing them must not fail
 
 
+def test_plugin_installed_is_false_when_even_the_parent_package_is_missing():
+    with pytest.raises(ModuleNotFoundError):  # what the check used to call, unguarded
+        importlib.util.find_spec("no_such_package_hb.plugin")
+    assert plugin_installed("no_such_package_hb.plugin") is False
+    assert plugin_installed("hydra_plugins.headbench_sweeper") is True  # headbench's own
+
+
 def test_a_launcher_without_its_plugin_names_the_extra_to_install(tmp_path):
-    installed = find_spec("hydra_plugins.hydra_ray_launcher") is not None
+    installed = plugin_installed("hydra_plugins.hydra_ray_launcher")
     message = missing_launcher(["-m", "seed=1", "hydra/launcher=ray"])
     assert (message is None) == installed
     assert missing_launcher(["-m", "seed=1", "hydra/launcher=basic"]) is None

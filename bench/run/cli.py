@@ -192,6 +192,18 @@ LAUNCHER_PLUGINS = {
 }
 
 
+def plugin_installed(module: str) -> bool:
+    """Whether ``module`` (``hydra_plugins.<name>``) can be imported, without importing it.
+
+    ``importlib.util.find_spec`` of a dotted name raises when the parent package is
+    missing; that is "not installed" too.
+    """
+    try:
+        return find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def missing_launcher(args: list[str]) -> str | None:
     """A message if ``hydra/launcher=<name>`` names a preset whose plugin is not installed.
 
@@ -203,7 +215,7 @@ def missing_launcher(args: list[str]) -> str | None:
         if key != "hydra/launcher" or name not in LAUNCHER_PLUGINS:
             continue
         module, extra = LAUNCHER_PLUGINS[name]
-        if find_spec(module.split(".")[0]) is None or find_spec(module) is None:
+        if not plugin_installed(module):
             return (
                 f"hydra/launcher={name} needs the Hydra plugin {module.split('.')[-1]!r}, "
                 f"which is not installed: pip install 'headbench[{extra}]'"
