@@ -20,7 +20,7 @@ assert CONF == ROOT / "conf", f"tests run against the checkout's conf/, not {CON
 
 
 # The package's one data-location rule (bench/data/location.py); the tests need local data.
-DATA_DIR = Path(default_data_dir() or checkout_data_dir())
+DATA_DIR = Path(default_data_dir() or checkout_data_dir() or ROOT.parent / "shared" / "data")
 
 ENCODERS = {
     "tiny_bert": {"name": "tiny_bert", "source": "tiny:bert", "pooler": "untrained"},

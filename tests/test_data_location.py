@@ -62,8 +62,14 @@ def test_the_rule_order(monkeypatch, tmp_path):
     shared = checkout_data_dir()
     assert shared == ROOT.parent / "shared" / "data"
     assert default_data_dir() == (str(shared) if shared.is_dir() else None)
-    monkeypatch.setattr(location, "CHECKOUT", tmp_path / "elsewhere" / "checkout")
-    assert default_data_dir() is None  # no folder beside this checkout: the Hub
+    checkout = tmp_path / "elsewhere" / "checkout"
+    checkout.mkdir(parents=True)
+    monkeypatch.setattr(location, "CHECKOUT", checkout)
+    assert default_data_dir() is None  # not a checkout (an installed wheel): the Hub
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    assert default_data_dir() is None  # a checkout, no folder beside it: the Hub
+    (tmp_path / "elsewhere" / "shared" / "data").mkdir(parents=True)
+    assert default_data_dir() == str(tmp_path / "elsewhere" / "shared" / "data")
 
 
 def test_a_cli_run_outside_nox_finds_the_data_beside_the_checkout(data_dir, tmp_path):
@@ -77,6 +83,8 @@ def test_a_cli_run_outside_nox_finds_the_data_beside_the_checkout(data_dir, tmp_
 
 def test_offline_without_local_data_says_where_it_looked(monkeypatch, tmp_path):
     monkeypatch.delenv(location.ENV_VAR, raising=False)
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "pyproject.toml").write_text("[project]\n")
     monkeypatch.setattr(location, "CHECKOUT", tmp_path / "checkout")
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

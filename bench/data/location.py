@@ -34,8 +34,10 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def checkout_data_dir() -> Path:
-    """``../shared/data`` beside the checkout (it may not exist)."""
+def checkout_data_dir() -> Path | None:
+    """``../shared/data`` beside the checkout (it may not exist); None for an installed wheel."""
+    if not (CHECKOUT / "pyproject.toml").is_file():  # site-packages, not a source checkout
+        return None
     return CHECKOUT.parent / "shared" / "data"
 
 
@@ -50,19 +52,20 @@ def default_data_dir() -> str | None:
     if env:
         return env
     shared = checkout_data_dir()
-    return str(shared) if shared.is_dir() else None
+    return str(shared) if shared is not None and shared.is_dir() else None
 
 
 def where_looked() -> str:
     """Each place the rule tried before the Hub, and why it was passed over."""
     shared = checkout_data_dir()
     env = os.environ.get(ENV_VAR)
+    beside = (
+        f"{shared}: " + ("exists" if shared.is_dir() else "does not exist")
+        if shared is not None
+        else f"../shared/data: not looked for, headbench is installed ({CHECKOUT}), not a checkout"
+    )
     return "; ".join(
-        [
-            "data.dir: not set",
-            f"{ENV_VAR}: " + (repr(env) if env else "not set"),
-            f"{shared}: " + ("exists" if shared.is_dir() else "does not exist"),
-        ]
+        ["data.dir: not set", f"{ENV_VAR}: " + (repr(env) if env else "not set"), beside]
     )
 
 
