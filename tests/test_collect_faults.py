@@ -18,6 +18,7 @@ from test_report import write_synthetic_sweep
 
 from bench.cell import RESULT_SCHEMA, SUPERSEDED_DIR
 from bench.errors import HeadbenchError
+from bench.report.inputs import load_inputs
 from bench.results.collect import collect, find_result_files, read_results, read_table
 from conftest import ROOT
 
@@ -267,3 +268,18 @@ def test_the_unchanged_results_are_all_valid(collected):
     runs, _, results = collected
     read, problems = read_results([runs])
     assert problems == [] and len(read) == len(results)
+
+
+# --- case 8: records beside the results, saved by a Windows editor, still read ---------------
+
+
+def test_records_with_a_byte_order_mark_are_read_like_without(collected):
+    """``cells.json`` and ``launches.jsonl`` re-saved with a BOM: the report reads the same."""
+    _, out, _ = collected
+    before = load_inputs(out)
+    for name in ("cells.json", "launches.jsonl"):
+        path = out / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    after = load_inputs(out)
+    assert after.cells == before.cells and len(after.cells) > 0
+    assert after.launch == before.launch and after.launch

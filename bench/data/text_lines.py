@@ -1,8 +1,11 @@
-r"""Read a data file's lines as UTF-8 text: the one line reader of every data file format.
+r"""Read text files as UTF-8: the one place every headbench text reader decodes a file.
 
 A byte-order mark at the start of a file (Windows editors write one) is dropped, so it is
-never glued to the first token or header; line ends are ``\n`` or ``\r\n``; a byte that
-is not UTF-8 is a :class:`~bench.errors.DataError` naming the file and line.
+never glued to the first token, header or JSON value. :func:`read_lines` serves the data
+files (GLUE TSV, CoNLL): line ends are ``\n`` or ``\r\n``; a byte that is not UTF-8 is a
+:class:`~bench.errors.DataError` naming the file and line. :func:`read_text` serves the
+records beside the results (``cells.json``, ``launches.jsonl``). CSV tables are read by
+pandas, whose parser drops a leading BOM itself. Torch-free: ``results`` imports it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,32 @@ from pathlib import Path
 from bench.errors import DataError
 
 BOM = "\ufeff"
+
+
+def drop_bom(text: str) -> str:
+    """``text`` without a leading byte-order mark (U+FEFF)."""
+    return text.removeprefix(BOM)
+
+
+def read_text(path: Path, errors: str = "strict") -> str:
+    """The whole of a UTF-8 text file, without a leading byte-order mark.
+
+    Args:
+        path: The file.
+        errors: How to treat a byte that is not UTF-8: ``"strict"`` raises, ``"replace"``
+            puts U+FFFD in its place (for logs whose damaged lines are skipped anyway).
+
+    Returns:
+        The file's text.
+
+    Raises:
+        DataError: With ``errors="strict"``, if the file is not valid UTF-8 (names the file
+            and byte).
+    """
+    try:
+        return drop_bom(path.read_bytes().decode("utf-8", errors=errors))
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -36,5 +65,5 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
                     f"{path}:{number}: not valid UTF-8 ({err.reason} at byte {err.start})"
                 ) from None
             if number == 1:
-                text = text.removeprefix(BOM)
+                text = drop_bom(text)
             yield number, text.removesuffix("\n").removesuffix("\r")

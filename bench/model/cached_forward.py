@@ -72,7 +72,7 @@ def run_top_layers(
         The hidden states ``start + 1 .. L``, each (B, T, H).
     """
     mask = create_bidirectional_mask(
-        config=encoder.config,  # type: ignore[arg-type]  # a PreTrainedModel's config
+        config=encoder.config,  # type: ignore[arg-type,unused-ignore]  # typed narrower before transformers 5.24
         inputs_embeds=hidden,
         attention_mask=attention_mask,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.data.text_lines import read_text
 from bench.results import stats
 from bench.results.collect import read_history, read_results, read_table, tidy
 from bench.results.references import load_references
@@ -73,7 +74,7 @@ def load_inputs(path: str | Path) -> ReportInputs:
     )
     if has_table:
         cells_file = folder / "cells.json"
-        cells = json.loads(cells_file.read_text(encoding="utf-8")) if cells_file.is_file() else []
+        cells = json.loads(read_text(cells_file)) if cells_file.is_file() else []
         return ReportInputs(
             source=str(path),
             table=stats.normalize_table(read_table(path)),

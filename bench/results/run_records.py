@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from bench.atomic import append_json_line
 from bench.cell import CELL_COLUMNS
 from bench.clock import utc_now
+from bench.data.text_lines import read_text
 
 HISTORY_COLUMNS = [*CELL_COLUMNS, "epoch", "step", "split", "metric", "value", "train_loss"]
 LAUNCH_LOG = "launches.jsonl"
@@ -111,7 +112,7 @@ def read_launch_log(sweep_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
         if not path.is_file():
             records += _hydra_launch(root)
             continue
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        for line in read_text(path, errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
