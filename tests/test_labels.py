@@ -87,6 +87,7 @@ def test_head_order_lists_each_preset_then_its_variants():
         "pooler-pretrained",
         "last4_concat",
         "bilstm",
+        "mean_linear",
     ]
 
 

@@ -51,7 +51,7 @@ def ids(cfg):
 
 
 def test_token_registry_reuses_the_sequence_head_names():
-    assert set(TOKEN_HEADS) == {"linear", "pooler", "last4_concat", "bilstm"}
+    assert set(TOKEN_HEADS) == {"linear", "pooler", "last4_concat", "bilstm", "mean_linear"}
 
 
 @pytest.mark.parametrize("cfg", TOKEN_CONFIGS, ids=ids)

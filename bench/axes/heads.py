@@ -43,7 +43,8 @@ class HeadPreset:
 
 
 #: In table order: the single linear layer, the dense+tanh pooler, the last four layers
-#: concatenated, the BiLSTM over the token states.
+#: concatenated, the BiLSTM over the token states, then the control: the single linear
+#: layer on the mean of the token states (it reads every token as the BiLSTM does).
 HEADS: dict[str, HeadPreset] = {
     p.name: p
     for p in (
@@ -51,6 +52,7 @@ HEADS: dict[str, HeadPreset] = {
         HeadPreset("pooler", variant_key="init", variants=("random", "pretrained")),
         HeadPreset("last4_concat", layers=(-4, -3, -2, -1)),
         HeadPreset("bilstm", pool="final"),
+        HeadPreset("mean_linear", pool="mean"),
     )
 }
 

@@ -15,6 +15,7 @@ from bench.model.heads.base import SequenceHead
 from bench.model.heads.bilstm import BiLSTMHead
 from bench.model.heads.last4_concat import Last4ConcatHead
 from bench.model.heads.linear import LinearHead
+from bench.model.heads.mean_linear import MeanLinearHead
 from bench.model.heads.options import head_options
 from bench.model.heads.pooler import PoolerHead
 from bench.model.heads.token import TOKEN_HEADS, TokenHead, build_token_head
@@ -24,6 +25,7 @@ HEADS: dict[str, type[SequenceHead]] = {
     "pooler": PoolerHead,
     "last4_concat": Last4ConcatHead,
     "bilstm": BiLSTMHead,
+    "mean_linear": MeanLinearHead,
 }
 
 

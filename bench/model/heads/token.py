@@ -7,8 +7,9 @@ loss or the predictions.
 
 The presets reuse the sequence heads' names: ``linear`` (dropout → linear per token),
 ``pooler`` (dense → tanh → dropout → linear per token, random init), ``last4_concat``
-(linear over the last four layers concatenated) and ``bilstm`` (the BERT paper's
-frozen-feature model: a 2-layer BiLSTM, 768 wide in total). ``crf: true`` works on all.
+(linear over the last four layers concatenated), ``bilstm`` (the BERT paper's
+frozen-feature model: a 2-layer BiLSTM, 768 wide in total) and ``mean_linear`` (the
+sequence control; with nothing to pool it is ``linear`` per token). ``crf: true`` works on all.
 """
 
 from __future__ import annotations
@@ -228,11 +229,19 @@ class TokenBiLSTMHead(TokenHead):
         super().__init__(hidden_size, num_layers, label_names, lstm=True, **options)
 
 
+class TokenMeanLinearHead(TokenLinearHead):
+    """``mean_linear``: on a token task nothing is pooled, so dropout → linear per token.
+
+    The same module as ``linear``: a sweep over heads keeps the control's name on every task.
+    """
+
+
 TOKEN_HEADS: dict[str, type[TokenHead]] = {
     "linear": TokenLinearHead,
     "pooler": TokenPoolerHead,
     "last4_concat": TokenLast4ConcatHead,
     "bilstm": TokenBiLSTMHead,
+    "mean_linear": TokenMeanLinearHead,
 }
 
 
