@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,24 @@ def _one(frame: pd.DataFrame, **keys) -> pd.Series:
     return frame[mask].iloc[0]
 
 
+def _numpy_bca(x, confidence, n_resamples, rng):
+    """Efron's BCa interval of the mean, written out in NumPy (independent of scipy's)."""
+    theta = x.mean()
+    boot = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(axis=1)
+    z0 = sps.norm.ppf(np.mean(boot < theta))
+    jack = (x.sum() - x) / (x.size - 1)
+    dev = jack.mean() - jack
+    accel = np.sum(dev**3) / (6 * np.sum(dev**2) ** 1.5)
+    z = sps.norm.ppf([(1 - confidence) / 2, (1 + confidence) / 2])
+    levels = sps.norm.cdf(z0 + (z0 + z) / (1 - accel * (z0 + z)))
+    return np.quantile(boot, levels)
+
+
+def _t_by_hand(x, confidence=0.95):
+    half = sps.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    return x.mean() - half, x.mean() + half
+
+
 def test_cell_stats_match_numpy_and_scipy(table):
     out = stats.cell_stats(table)
     row = _one(out, task="sst2", head_label="linear")
@@ -78,22 +97,78 @@ def test_cell_stats_match_numpy_and_scipy(table):
     assert row["std"] == pytest.approx(x.std(ddof=1))
     assert row["median"] == pytest.approx(np.median(x))
     assert (row["min"], row["max"]) == (x.min(), x.max())
+    assert (row["t_low"], row["t_high"]) == pytest.approx(_t_by_hand(x))
+    assert row["ci_method"] == "BCa"
     ref = sps.bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=10_000,
-        confidence_level=0.95,
-        method="percentile",
-        rng=np.random.default_rng(0),
+        (x,), np.mean, n_resamples=10_000, method="BCa", rng=np.random.default_rng(0)
     ).confidence_interval
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((ref.low, ref.high))
-    # an independent numpy percentile bootstrap agrees up to resampling noise
-    rng = np.random.default_rng(123)
-    means = x[rng.integers(0, x.size, size=(20_000, x.size))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    assert row["ci_low"] == pytest.approx(low, abs=0.003)
-    assert row["ci_high"] == pytest.approx(high, abs=0.003)
     assert row["ci_low"] <= row["mean"] <= row["ci_high"]
+    assert np.isnan(row["best_constant"])  # the fixture is an older table without it
+
+
+SKEWED = [0.50, 0.51, 0.51, 0.52, 0.52, 0.53, 0.55, 0.60, 0.80, 0.90]
+
+
+def test_the_bootstrap_interval_is_bca_not_percentile():
+    """On a skewed sample BCa shifts the interval right of the percentile one."""
+    rows = [_row("rte", "linear", "full", s, v, "accuracy", 0.5) for s, v in enumerate(SKEWED)]
+    row = _one(stats.cell_stats(pd.DataFrame(rows)), head_label="linear")
+    x = np.array(SKEWED)
+    low, high = _numpy_bca(x, 0.95, 40_000, np.random.default_rng(123))
+    assert row["ci_method"] == "BCa"
+    assert row["ci_low"] == pytest.approx(low, abs=0.006)
+    assert row["ci_high"] == pytest.approx(high, abs=0.012)
+    percentile = stats.bootstrap_ci(x)  # the old default stays the percentile method
+    assert row["ci_low"] > percentile[0] + 0.005 and row["ci_high"] > percentile[1] + 0.01
+    assert (row["t_low"], row["t_high"]) == pytest.approx(_t_by_hand(x))
+
+
+def test_intervals_for_one_two_and_constant_samples_leak_no_warning():
+    values = {"one": [0.7], "two": [0.6, 0.7], "constant": [0.55, 0.55, 0.55]}
+    rows = [
+        _row("rte", head, "full", seed, v, "accuracy", 0.5)
+        for head, sample in values.items()
+        for seed, v in enumerate(sample)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = stats.cell_stats(pd.DataFrame(rows))
+        diffs = stats.compare_heads(pd.DataFrame(rows))
+    one = _one(out, head_label="one")
+    assert one["ci_method"] == "none"
+    assert np.isnan([one["ci_low"], one["ci_high"], one["t_low"], one["t_high"]]).all()
+    two = _one(out, head_label="two")
+    assert two["ci_method"] == "BCa" and two["ci_low"] >= 0.6 and two["ci_high"] <= 0.7
+    # t with one degree of freedom: mean ± 12.706 · s / sqrt(2)
+    half = 12.7062047 * np.std([0.6, 0.7], ddof=1) / np.sqrt(2)
+    assert (two["t_low"], two["t_high"]) == pytest.approx((0.65 - half, 0.65 + half))
+    const = _one(out, head_label="constant")
+    assert const["ci_method"] == "constant"
+    assert (const["ci_low"], const["ci_high"], const["t_low"], const["t_high"]) == (0.55,) * 4
+    assert _one(diffs, head_a="constant", head_b="two")["reason"] == ""
+
+
+def test_bca_falls_back_to_percentile_when_scipy_cannot_compute_it():
+    x = np.array([0.0, 1.0, 1.0])
+
+    def scipy_bca(seed):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return sps.bootstrap(
+                (x,), np.mean, n_resamples=3, method="BCa", rng=np.random.default_rng(seed)
+            ).confidence_interval
+
+    degenerate = [s for s in range(200) if np.isnan(scipy_bca(s).low)]
+    assert degenerate  # three resamples that all land at or above the mean
+    for seed in degenerate[:3]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            low, high, method = stats.bootstrap_interval(x, n_resamples=3, seed=seed)
+        ref = sps.bootstrap(
+            (x,), np.mean, n_resamples=3, method="percentile", rng=np.random.default_rng(seed)
+        ).confidence_interval
+        assert method == "percentile" and (low, high) == pytest.approx((ref.low, ref.high))
 
 
 def test_failed_runs_use_the_majority_baseline_and_status(table):
@@ -122,7 +197,7 @@ def test_failed_runs_for_correlations_use_zero(table):
     assert _one(acc, task="sst2", head_label="bilstm")["n_error"] == 2
 
 
-def test_compare_heads_wilcoxon_and_holm(table):
+def test_compare_heads_paired_t_wilcoxon_and_holm(table):
     out = stats.compare_heads(table)
     sst2 = out[out["task"] == "sst2"]
     assert len(sst2) == 3 and set(sst2["n_comparisons"]) == {3}
@@ -130,33 +205,59 @@ def test_compare_heads_wilcoxon_and_holm(table):
     d = np.array(LINEAR) - np.array(POOLER)
     assert row["n_pairs"] == 6 and row["seeds"] == "1,2,3,4,5,6"
     assert row["diff"] == pytest.approx(d.mean())
-    assert row["p"] == pytest.approx(sps.wilcoxon(d, method="exact").pvalue)
-    # by hand: ranks of |d| are 3, 4, 1, 5, 6, 2; T = 1 + 2 = 3; P(T <= 3) = 5/64, two-sided
-    assert row["p"] == pytest.approx(2 * 5 / 64)
-    assert row["p_min"] == pytest.approx(2 / 2**6)
-    assert row["ci_low"] < row["diff"] < row["ci_high"]
+    # the headline test is the paired t-test: by hand and by scipy
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    assert row["p"] == pytest.approx(2 * sps.t.sf(abs(t), d.size - 1))
+    assert row["p"] == pytest.approx(sps.ttest_rel(LINEAR, POOLER).pvalue)
+    assert (row["t_low"], row["t_high"]) == pytest.approx(_t_by_hand(d))
+    assert row["p_min"] == 0.0 and row["reason"] == ""
+    # Wilcoxon stays beside it; by hand: ranks of |d| are 3, 4, 1, 5, 6, 2; T = 1 + 2 = 3;
+    # P(T <= 3) = 5/64, two-sided
+    assert row["p_wilcoxon"] == pytest.approx(2 * 5 / 64)
+    assert row["p_wilcoxon"] == pytest.approx(sps.wilcoxon(d, method="exact").pvalue)
+    assert row["p_wilcoxon_min"] == pytest.approx(2 / 2**6)
+    assert row["ci_method"] == "BCa" and row["ci_low"] < row["diff"] < row["ci_high"]
     # bilstm pairs only over seeds where both have a value: 1, 2, 3
     bil = _one(sst2, head_a="bilstm", head_b="linear")
     assert bil["n_pairs"] == 3 and bil["seeds"] == "1,2,3"
-    expected = stats.holm(sst2["p"].to_numpy())
-    np.testing.assert_allclose(sst2["p_holm"], expected)
-    # a family of one comparison is its own correction
+    np.testing.assert_allclose(sst2["p_holm"], stats.holm(sst2["p"].to_numpy()))
     stsb = out[out["task"] == "stsb"]
     assert stsb.empty  # one head only: nothing to compare
+
+
+def test_ten_seeds_the_t_test_passes_holm_where_wilcoxon_cannot():
+    """With 28 comparisons, 0.05/28 is below the exact Wilcoxon floor at 10 seeds."""
+    gains = 0.02 + 0.002 * np.sin(np.arange(10))  # a clear, consistent gain
+    rows = [
+        _row("sst2", head, "frozen", seed, 0.8 + (gain if head == "a" else 0.0), "accuracy", 0.5)
+        for seed, gain in enumerate(gains)
+        for head in ("a", "b")
+    ]
+    row = _one(stats.compare_heads(pd.DataFrame(rows)), head_a="a")
+    assert row["p_wilcoxon"] == pytest.approx(row["p_wilcoxon_min"])
+    assert row["p_wilcoxon_min"] == pytest.approx(2 / 2**10) and 2 / 2**10 > 0.05 / 28
+    assert row["p"] < 0.05 / 28
+    assert row["p"] == pytest.approx(sps.ttest_1samp(gains, 0.0).pvalue)
 
 
 def test_compare_heads_degenerate_pairs():
     rows = [
         _row("rte", h, "full", s, v, "accuracy", 0.5)
-        for h, vals in (("a", [0.6, 0.7]), ("b", [0.6, 0.7]), ("c", [0.9, None]))
+        for h, vals in (("a", [0.6, 0.7]), ("b", [0.6, 0.7]), ("c", [0.9, None]), ("d", [0.5, 0.6]))
         for s, v in zip((1, 2), vals, strict=True)
         if v is not None
     ]
     out = stats.compare_heads(pd.DataFrame(rows))
     ab = _one(out, head_a="a", head_b="b")
     assert np.isnan(ab["p"]) and ab["reason"] == "all differences zero"
+    assert np.isnan(ab["p_wilcoxon"]) and ab["reason_wilcoxon"] == "all differences zero"
+    assert (ab["ci_low"], ab["ci_high"], ab["ci_method"]) == (0.0, 0.0, "constant")
     ac = _one(out, head_a="a", head_b="c")
     assert ac["n_pairs"] == 1 and np.isnan(ac["p"]) and "fewer than 2" in ac["reason"]
+    # a constant non-zero difference (float noise aside): no t, but Wilcoxon has its floor
+    ad = _one(out, head_a="a", head_b="d")
+    assert np.isnan(ad["p"]) and np.isnan(ad["t_low"]) and "constant" in ad["reason"]
+    assert ad["p_wilcoxon"] == pytest.approx(0.5) and ad["p_wilcoxon_min"] == 0.5
     assert set(out["n_comparisons"]) == {0} and out["p_holm"].isna().all()
 
 
@@ -224,5 +325,239 @@ def test_tables_read_back_with_their_dtypes_and_old_tables_are_completed(tmp_pat
     old.to_csv(path, index=False)
     back = stats.normalize_table(read_table(path))
     assert back["main_metric"].dropna().unique().tolist() == ["accuracy", "pearson", "mcc"]
+    assert back["best_constant"].isna().all() and back["best_constant"].dtype == "float64"
     with pytest.raises(ValueError, match="required"):
         stats.normalize_table(table.drop(columns=["value"]))
+
+
+# --------------------------------------------------------------------------- best constant
+
+
+def test_failure_against_the_best_constant_where_the_table_has_it():
+    values = {1: 0.55, 2: 0.60 + 1e-9, 3: 0.61, 4: 0.59}
+    rows = []
+    for seed, value in values.items():
+        row = _row("mrpc", "linear", "full", seed, value, "f1", 0.0)
+        row["best_constant"] = 0.6  # all-positive F1 on the reporting split
+        rows.append(row)
+    # an older setting in the same table: no best constant, the majority baseline rules
+    for seed, value in {1: 0.55, 2: 0.49}.items():
+        rows.append(_row("rte", "linear", "full", seed, value, "accuracy", 0.5))
+    rows.append(_row("rte", "linear", "full", 3, None, None, None, "failed", main="accuracy"))
+    table = pd.DataFrame(rows)
+    runs = stats.run_values(table).set_index(["task", "seed"])
+    mrpc = runs.loc["mrpc"]
+    # an independent rule: value <= best constant + atol
+    expected = {s: v <= 0.6 + stats.BASELINE_ATOL for s, v in values.items()}
+    assert mrpc["failed"].to_dict() == expected
+    assert set(mrpc.loc[mrpc["failed"], "fail_reason"]) == {"at or below best constant"}
+    assert (mrpc["threshold"] == 0.6).all()
+    rte = runs.loc["rte"]
+    assert rte["fail_reason"].to_dict() == {1: "", 2: "at or below baseline", 3: "failed"}
+    cells = stats.cell_stats(table).set_index("task")
+    assert cells.loc["mrpc", "best_constant"] == 0.6 and cells.loc["mrpc", "baseline"] == 0.0
+    assert cells.loc["mrpc", "n_failed"] == 3 and cells.loc["mrpc", "threshold"] == 0.6
+    assert np.isnan(cells.loc["rte", "best_constant"]) and cells.loc["rte", "threshold"] == 0.5
+
+
+def test_failure_threshold_precedence():
+    assert stats.failure_threshold("accuracy", 0.5, 0.62) == 0.62
+    assert stats.failure_threshold("accuracy", 0.5) == 0.5
+    assert stats.failure_threshold("pearson", np.nan, 0.0) == 0.0
+    assert stats.failure_threshold("mcc", np.nan) == 0.0
+    assert np.isnan(stats.failure_threshold("f1", np.nan, np.nan))
+
+
+# --------------------------------------------------------------------------- per example
+
+
+def _accuracy(labels, preds):
+    """A plain Python metric, as callers pass one."""
+    return sum(int(a == b) for a, b in zip(labels, preds, strict=True)) / len(labels)
+
+
+@pytest.fixture
+def predictions():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 2, size=80)
+    # head A right ~80% of the time (3 seeds), head B ~70% (2 seeds): different seed counts
+    a = np.where(rng.random((3, 80)) < 0.8, labels, 1 - labels)
+    b = np.where(rng.random((2, 80)) < 0.7, labels, 1 - labels)
+    return labels, a, b
+
+
+def test_paired_bootstrap_equals_a_direct_numpy_implementation(predictions):
+    labels, a, b = predictions
+    res = stats.paired_bootstrap(labels, a, b, _accuracy, n_resamples=2_000, rng=11)
+    rng = np.random.default_rng(11)
+    draws = []
+    for _ in range(2_000):
+        idx = rng.integers(0, labels.size, size=labels.size)
+        acc_a = (a[:, idx] == labels[idx]).mean(axis=1).mean()
+        acc_b = (b[:, idx] == labels[idx]).mean(axis=1).mean()
+        draws.append(acc_a - acc_b)
+    dist = np.array(draws)
+    observed = (a == labels).mean(axis=1).mean() - (b == labels).mean(axis=1).mean()
+    np.testing.assert_allclose(res.distribution, dist, atol=1e-12)
+    assert res.diff == pytest.approx(observed)
+    assert (res.low, res.high) == pytest.approx(tuple(np.percentile(dist, [2.5, 97.5])))
+    tail = min(np.sum(dist <= 0), np.sum(dist >= 0))
+    assert res.p == pytest.approx(min(1.0, 2 * (tail + 1) / (dist.size + 1)))
+    assert res.method == "percentile" and res.n_examples == 80 and res.n_undefined == 0
+    assert res.low < res.diff < res.high
+
+
+def test_paired_bootstrap_matches_scipy_on_per_example_differences():
+    """One seed each, accuracy: δ* is the bootstrap mean of the per-example differences."""
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 2, size=150)
+    a = np.where(rng.random((1, 150)) < 0.85, labels, 1 - labels)
+    b = np.where(rng.random((1, 150)) < 0.75, labels, 1 - labels)
+    per_example = (a[0] == labels).astype(float) - (b[0] == labels)
+    for method in ("percentile", "BCa"):
+        res = stats.paired_bootstrap(labels, a, b, _accuracy, 4_000, rng=1, method=method)
+        ref = sps.bootstrap(
+            (per_example,), np.mean, n_resamples=20_000, method=method, rng=np.random.default_rng(2)
+        ).confidence_interval
+        assert res.method == method
+        assert (res.low, res.high) == pytest.approx((ref.low, ref.high), abs=0.01)
+
+
+def test_paired_bootstrap_known_answers(predictions):
+    labels, a, _ = predictions
+    same = stats.paired_bootstrap(labels, a, a.copy(), _accuracy, n_resamples=300)
+    assert (same.diff, same.p, same.low, same.high) == (0.0, 1.0, 0.0, 0.0)
+    assert same.method == "constant"
+    right, wrong = labels[None, :], 1 - labels[None, :]
+    perfect = stats.paired_bootstrap(labels, right, wrong, _accuracy, n_resamples=300)
+    assert perfect.diff == 1.0 and perfect.p == pytest.approx(2 / 301)
+    swapped = stats.paired_bootstrap(labels, wrong, right, _accuracy, n_resamples=300)
+    assert swapped.diff == -1.0 and swapped.p == perfect.p
+    with pytest.raises(ValueError, match="shape"):
+        stats.paired_bootstrap(labels, a[:, :10], a, _accuracy)
+
+
+# --------------------------------------------------------------------------- Holm over all
+
+
+def _holm_rejections(p, alpha):
+    """Holm's step-down test as a decision rule, written out (independent of stats.holm)."""
+    finite = [(v, i) for i, v in enumerate(p) if not np.isnan(v)]
+    rejected = set()
+    for rank, (v, i) in enumerate(sorted(finite)):
+        if v > alpha / (len(finite) - rank):
+            break
+        rejected.add(i)
+    return rejected
+
+
+def test_holm_all_corrects_once_over_every_setting():
+    comps = pd.DataFrame(
+        {
+            "task": ["sst2", "sst2", "rte", "rte", "cola", "cola"],
+            "freeze_label": ["frozen", "frozen", "full", "full", "full", "frozen"],
+            "p": [0.0001, 0.004, 0.03, 0.2, np.nan, 0.0004],
+        }
+    )
+    out = stats.holm_all(comps)
+    # m = 5 finite: sorted 0.0001, 0.0004, 0.004, 0.03, 0.2 -> x5, x4, x3, x2, x1
+    # = 0.0005, 0.0016, 0.012, 0.06, 0.2 (already monotone)
+    np.testing.assert_allclose(out["p_holm_all"], [0.0005, 0.012, 0.06, 0.2, np.nan, 0.0016])
+    assert out["significance"].tolist() == ["***", "*", "n.s.", "n.s.", "", "**"]
+    assert set(out["n_comparisons_all"]) == {5}
+    assert out["p"].equals(comps["p"])  # the input is not modified
+    # one family over everything is stricter than a family per setting
+    per_setting = comps.groupby(["task", "freeze_label"])["p"].transform(
+        lambda s: pd.Series(stats.holm(s), index=s.index)
+    )
+    assert (out["p_holm_all"].dropna() >= per_setting.dropna()).all()
+    assert (out["p_holm_all"].dropna() > per_setting.dropna()).any()
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        p = rng.random(12) ** 3
+        p[rng.random(12) < 0.1] = np.nan
+        adjusted = stats.holm_all(pd.DataFrame({"p": p}))["p_holm_all"].to_numpy()
+        for alpha in (0.001, 0.01, 0.05, 0.2):
+            assert set(np.flatnonzero(adjusted <= alpha)) == _holm_rejections(p, alpha)
+
+
+def test_holm_all_on_compare_heads_output(table):
+    comps = stats.compare_heads(table)
+    out = stats.holm_all(comps)
+    np.testing.assert_allclose(out["p_holm_all"], stats.holm(comps["p"].to_numpy()))
+    tiers = {
+        "***": lambda v: v < 0.001,
+        "**": lambda v: 0.001 <= v < 0.01,
+        "*": lambda v: 0.01 <= v < 0.05,
+        "n.s.": lambda v: v >= 0.05,
+    }
+    for tier, p in zip(out["significance"], out["p_holm_all"], strict=True):
+        assert tiers[tier](p)
+
+
+# --------------------------------------------------------------------------- EVP of trials
+
+
+def _trial(task, head, freeze, trial, status, score):
+    return {
+        "task": task,
+        "encoder": "enc",
+        "head": head,
+        "head_label": head,
+        "layers": "-1",
+        "freeze": freeze,
+        "freeze_label": freeze,
+        "trial": trial,
+        "status": status,
+        "selection_metric": "accuracy",
+        "selection_score": score,
+    }
+
+
+def _brute_force_evp(scores, n):
+    """Over every ordered n-tuple of trials: mean/std of the best successful score, P(none)."""
+    best = []
+    for draw in itertools.product(scores, repeat=n):
+        ok = [s for s in draw if s is not None]
+        best.append(max(ok) if ok else None)
+    got = np.array([b for b in best if b is not None])
+    none = sum(b is None for b in best) / len(best)
+    return (got.mean(), got.std(), none) if got.size else (np.nan, np.nan, none)
+
+
+def test_evp_from_trials_against_enumeration():
+    linear = [0.70, 0.74, 0.74, 0.81, 0.78]
+    bilstm = [("ok", 0.72), ("failed", np.nan), ("ok", 0.85), ("diverged", np.nan),
+              ("ok", -np.inf), ("ok", 0.80)]  # fmt: skip
+    rows = [_trial("sst2", "linear", "frozen", k, "ok", v) for k, v in enumerate(linear, 1)]
+    rows += [_trial("sst2", "bilstm", "frozen", k, s, v) for k, (s, v) in enumerate(bilstm, 1)]
+    rows.append(_trial("sst2", "linear", "frozen", 5, "ok", 0.78))  # listed twice: counts once
+    rows += [_trial("rte", "linear", "full", k, "failed", None) for k in (1, 2)]
+    evp = stats.evp_from_trials(pd.DataFrame(rows))
+
+    lin = evp[(evp["task"] == "sst2") & (evp["head_label"] == "linear")]
+    assert lin["n_trials"].tolist() == [1, 2, 3, 4, 5] and set(lin["trials"]) == {5}
+    np.testing.assert_allclose(lin["expected_max"], stats.expected_max(linear, range(1, 6)))
+    for n, row in zip(range(1, 6), lin.itertuples(), strict=True):
+        mean, std, none = _brute_force_evp(linear, n)
+        assert (row.expected_max, row.expected_max_std, row.p_all_failed) == pytest.approx(
+            (mean, std, none)
+        )
+
+    bil = evp[(evp["task"] == "sst2") & (evp["head_label"] == "bilstm")]
+    assert set(bil["trials"]) == {6} and set(bil["failed_trials"]) == {3}  # incl. the -inf
+    scores = [v if s == "ok" and np.isfinite(v) else None for s, v in bilstm]
+    for n, row in zip(range(1, 7), bil.itertuples(), strict=True):
+        mean, std, none = _brute_force_evp(scores, n)
+        assert row.expected_max == pytest.approx(mean)
+        assert row.expected_max_std == pytest.approx(std)
+        assert row.p_all_failed == pytest.approx(none) == pytest.approx(0.5**n)
+    assert bil["expected_max"].is_monotonic_increasing
+    # excluding the failed trials instead would be the curve of the 3 successes alone
+    assert bil["expected_max"].iloc[1] < stats.expected_max([0.72, 0.85, 0.80], 2)
+
+    rte = evp[evp["task"] == "rte"]
+    assert rte["n_trials"].tolist() == [1, 2] and rte["expected_max"].isna().all()
+    assert rte["p_all_failed"].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="selection_score"):
+        stats.evp_from_trials(pd.DataFrame(rows).drop(columns=["selection_score"]))

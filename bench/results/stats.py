@@ -1,28 +1,40 @@
-"""Seed statistics over the tidy results table: per-cell summaries, paired head tests, EVP.
+"""Seed statistics over the tidy results table: summaries, paired head tests, Holm, EVP.
 
 Everything here is pandas/numpy/scipy on the table written by :mod:`bench.results.collect`
-(one row per cell × split × metric); nothing imports training code or torch.
+(one row per cell × split × metric), on a trials table (one row per hyperparameter trial),
+or on per-example predictions; nothing imports training code or torch.
+``docs/statistics.md`` explains every method for users, with its references.
 
-Conventions (the README's "Statistics and tables" section explains them for users):
+Conventions:
 
 * A *run* is one seed of one setting (task, encoder, head_label, freeze_label).
 * ``metric="main"`` picks, per run, the row of the task's ``main_metric``.
 * A run is **failed** (Mosbach et al. 2021) when its status is not ``ok`` (``failed`` or
   ``diverged``: no value at all), when its value is undefined (NaN: e.g. the correlation
-  of constant predictions), or when its value is at or below the majority-class baseline
-  of the same metric and split. Correlation-type metrics (Pearson, Spearman, Matthews)
-  have no usable constant-predictor baseline (the correlation of a constant is undefined;
-  MCC is defined as 0 there, as in scikit-learn), so the threshold is 0: a run that does not beat
-  "no correlation" failed. For any other metric without a baseline the rule is not
-  applicable and only the status counts.
-* ``mean``/``std``/``median``/``min``/``max`` and the CI use every run that has a value,
-  including ok runs at or below the baseline (they are real outcomes of that seed); runs
-  without a value cannot enter them but are counted in ``n_failed``.
+  of constant predictions), or when its value is at or below a threshold, with
+  :data:`BASELINE_ATOL`:
+
+  - the **best constant** prediction's score on the same split and metric, where the table
+    has a finite ``best_constant`` (majority share for accuracy, the better of
+    all-positive/all-negative for F1, 0 for MCC, correlations and entity F1);
+  - otherwise (tables written before ``best_constant`` existed) the majority-class
+    ``baseline`` of the same metric and split; correlation-type metrics (Pearson,
+    Spearman, Matthews) without one use 0, since a constant predictor has no correlation
+    (MCC is defined as 0 there, as in scikit-learn). For any other metric without either
+    the rule is not applicable and only the status counts.
+* ``mean``/``std``/``median``/``min``/``max`` and the intervals use every run that has a
+  value, including ok runs at or below the threshold (they are real outcomes of that seed);
+  runs without a value cannot enter them but are counted in ``n_failed``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,6 +44,7 @@ from bench.data.tasks import ALL_TASKS
 
 GROUP_KEYS = ["task", "encoder", "head_label", "freeze_label"]
 RUN_KEYS = [*GROUP_KEYS, "seed"]
+SETTING_KEYS = ["task", "encoder", "freeze_label"]
 TEXT_COLUMNS = [
     "task",
     "encoder",
@@ -47,14 +60,36 @@ TEXT_COLUMNS = [
     "reason",
     "run_dir",
 ]
-FLOAT_COLUMNS = ["value", "baseline", "train_time_s"]
+FLOAT_COLUMNS = ["value", "baseline", "best_constant", "train_time_s"]
 REQUIRED_COLUMNS = ["task", "encoder", "seed", "status", "split", "metric", "value"]
 # Metrics whose failure threshold is 0 when the table holds no baseline (see module doc).
 ZERO_THRESHOLD_METRICS = frozenset({"pearson", "spearman", "mcc"})
 BASELINE_ATOL = 1e-6  # "at or below the baseline" tolerates float noise far below one example
-N_RESAMPLES = 10_000  # bootstrap resamples (percentile method)
+N_RESAMPLES = 10_000  # bootstrap resamples
 CONFIDENCE = 0.95
 RNG_SEED = 0  # fixed, so every table is reproducible to the last digit
+DECIMALS = 12  # paired differences are rounded to this many decimals (float noise)
+#: Significance tiers after Holm: (upper bound, tier); a p at or above the last is "n.s.".
+SIGNIFICANCE_TIERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+NOT_SIGNIFICANT = "n.s."
+#: Columns of a trials table (one row per hyperparameter trial of one setting and head).
+TRIAL_COLUMNS = [
+    "task",
+    "encoder",
+    "head",
+    "head_label",
+    "layers",
+    "freeze",
+    "freeze_label",
+    "trial",
+    "status",
+    "selection_metric",
+    "selection_score",
+]
+
+BootstrapMethod = Literal["BCa", "percentile"]
+# What scipy warns when BCa cannot be computed (turned into errors, then a fallback).
+_DEGENERATE = (sps.DegenerateDataWarning, RuntimeWarning)
 
 
 # --------------------------------------------------------------------------- loading
@@ -69,8 +104,9 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     """Return a copy with every expected column present and consistent dtypes.
 
     Missing optional columns are filled: ``head_label``/``head`` and
-    ``freeze_label``/``freeze`` from each other, ``layers``/``baseline``/``reason`` as
-    missing, ``main_metric`` from the task specs of :mod:`bench.data.tasks`.
+    ``freeze_label``/``freeze`` from each other, ``layers``/``baseline``/
+    ``best_constant``/``reason`` as missing (older tables have no ``best_constant``),
+    ``main_metric`` from the task specs of :mod:`bench.data.tasks`.
 
     Args:
         table: A tidy table as produced by :func:`bench.results.collect.tidy`.
@@ -90,12 +126,15 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in [*REQUIRED_COLUMNS, "head_label", "freeze_label"] if c not in out]
     if missing:
         raise ValueError(f"results table lacks required columns {missing}")
-    for column in ("layers", "baseline", "reason", "run_dir", "train_time_s"):
+    for column in ("layers", "baseline", "best_constant", "reason", "run_dir", "train_time_s"):
         if column not in out:
             out[column] = np.nan
-    if "main_metric" not in out:
-        out["main_metric"] = np.nan
-    out["main_metric"] = out["main_metric"].fillna(out["task"].map(_main_metric_for))
+    derived = out["task"].map(_main_metric_for).astype(object)
+    if "main_metric" in out:
+        given = out["main_metric"].astype(object)
+        out["main_metric"] = given.where(given.notna(), derived)
+    else:
+        out["main_metric"] = derived
     for column in TEXT_COLUMNS:
         out[column] = out[column].astype("str")
     for column in FLOAT_COLUMNS:
@@ -110,16 +149,21 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- runs
 
 
-def failure_threshold(metric: str, baseline: float) -> float:
+def failure_threshold(metric: str, baseline: float, best_constant: float = math.nan) -> float:
     """The value at or below which a run of ``metric`` counts as failed (NaN: no rule).
 
     Args:
         metric: Metric name.
         baseline: The majority-class baseline of that metric (NaN if none).
+        best_constant: The best constant prediction's score of that metric on the same
+            split (NaN if the table has none); it takes precedence when finite.
 
     Returns:
-        ``baseline`` if known, 0 for correlation-type metrics, else NaN.
+        ``best_constant`` if finite, else ``baseline`` if known, else 0 for
+        correlation-type metrics, else NaN.
     """
+    if np.isfinite(best_constant):
+        return float(best_constant)
     if not np.isnan(baseline):
         return float(baseline)
     return 0.0 if metric in ZERO_THRESHOLD_METRICS else float("nan")
@@ -137,8 +181,10 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
         split: The evaluation split (``dev``, ``dev_mismatched``, ``test``).
 
     Returns:
-        Columns: the run keys, head, freeze, layers, status, metric, split, value,
-        baseline, threshold, failed, fail_reason.
+        Columns: the run keys, head, freeze, layers, status, split, metric, value,
+        baseline, best_constant, reason, threshold, fail_reason (``""`` when the run did
+        not fail; else the status, ``undefined``, ``at or below best constant`` or ``at
+        or below baseline``), failed.
     """
     table = normalize_table(table)
     ok = table[table["status"] == "ok"]
@@ -149,7 +195,7 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
     if metric != "main":
         bad = bad[bad["task"].isin(rows["task"].unique())]
     bad = bad.assign(split=split, metric=bad["main_metric"] if metric == "main" else metric)
-    bad = bad.assign(value=np.nan, baseline=np.nan)
+    bad = bad.assign(value=np.nan, baseline=np.nan, best_constant=np.nan)
     runs = pd.concat([rows, bad], ignore_index=True)
     keep = [
         *RUN_KEYS,
@@ -161,22 +207,25 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
         "metric",
         "value",
         "baseline",
+        "best_constant",
         "reason",
     ]
     runs = runs[keep].sort_values(RUN_KEYS, kind="stable").reset_index(drop=True)
     runs["threshold"] = [
-        failure_threshold(m, b) for m, b in zip(runs["metric"], runs["baseline"], strict=True)
+        failure_threshold(m, b, c)
+        for m, b, c in zip(runs["metric"], runs["baseline"], runs["best_constant"], strict=True)
     ]
     reasons = []
-    for status, value, threshold in zip(
-        runs["status"], runs["value"], runs["threshold"], strict=True
+    for status, value, threshold, constant in zip(
+        runs["status"], runs["value"], runs["threshold"], runs["best_constant"], strict=True
     ):
         if status != "ok":
             reasons.append(str(status))
         elif np.isnan(value):
             reasons.append("undefined")
         elif not np.isnan(threshold) and value <= threshold + BASELINE_ATOL:
-            reasons.append("at or below baseline")
+            below = "best constant" if np.isfinite(constant) else "baseline"
+            reasons.append(f"at or below {below}")
         else:
             reasons.append("")
     runs["fail_reason"] = reasons
@@ -184,7 +233,94 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
     return runs
 
 
-# --------------------------------------------------------------------------- summaries
+# --------------------------------------------------------------------------- intervals
+
+
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    x = np.asarray(values, dtype=float).ravel()
+    return x[~np.isnan(x)]
+
+
+def t_interval(
+    values: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
+    """Student-t interval of the mean: ``mean ± t_{(1+c)/2, n-1} · s / sqrt(n)``.
+
+    Uses ``scipy.stats.t``. A constant sample (s = 0) gives the zero-width interval at its
+    value, the formula's value there.
+
+    Args:
+        values: The sample (NaNs are dropped).
+        confidence: Confidence level.
+
+    Returns:
+        ``(low, high)``; NaNs when fewer than two values.
+    """
+    x = _finite(values)
+    if x.size < 2:
+        return float("nan"), float("nan")
+    mean = float(np.mean(x))
+    sem = float(np.std(x, ddof=1)) / math.sqrt(x.size)
+    if sem == 0.0:
+        return mean, mean
+    low, high = sps.t.interval(confidence, df=x.size - 1, loc=mean, scale=sem)
+    return float(low), float(high)
+
+
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = RNG_SEED,
+    method: BootstrapMethod = "BCa",
+) -> tuple[float, float, str]:
+    """Bootstrap interval of the mean (``scipy.stats.bootstrap``, fixed rng), with its method.
+
+    BCa (Efron 1987) corrects the percentile interval for the bias and skew of the
+    bootstrap distribution. It is undefined for a constant sample (every resample has the
+    same mean: the bias correction is ``Φ⁻¹(0)``); there the interval is the single value
+    (the limit of every bootstrap interval as the spread goes to 0) and the method is
+    ``"constant"``. Where scipy cannot compute BCa for a non-constant sample (a degenerate
+    bootstrap distribution), the percentile interval of the same resamples is returned
+    and the method says so; no warning escapes.
+
+    Args:
+        values: The sample (NaNs are dropped).
+        confidence: Confidence level.
+        n_resamples: Bootstrap resamples.
+        seed: Seed of ``numpy.random.default_rng``.
+        method: ``"BCa"`` or ``"percentile"``.
+
+    Returns:
+        ``(low, high, method_used)`` with ``method_used`` one of ``"BCa"``,
+        ``"percentile"``, ``"constant"``, or ``"none"`` (fewer than two values: NaNs).
+    """
+    x = _finite(values)
+    if x.size < 2:
+        return float("nan"), float("nan"), "none"
+    if np.all(x == x[0]):
+        return float(x[0]), float(x[0]), "constant"
+    with warnings.catch_warnings():
+        for category in _DEGENERATE:
+            warnings.simplefilter("error", category)
+        try:
+            res = sps.bootstrap(
+                (x,),
+                np.mean,
+                n_resamples=n_resamples,
+                confidence_level=confidence,
+                method=method,
+                rng=np.random.default_rng(seed),
+            )
+            low, high = res.confidence_interval.low, res.confidence_interval.high
+        except _DEGENERATE:
+            low = high = float("nan")
+    if np.isfinite(low) and np.isfinite(high):
+        return float(low), float(high), method
+    if method == "percentile":  # pragma: no cover - the percentile method is always defined
+        return float("nan"), float("nan"), "none"
+    low, high, _ = bootstrap_interval(x, confidence, n_resamples, seed, "percentile")
+    return low, high, "percentile"
 
 
 def bootstrap_ci(
@@ -192,36 +328,25 @@ def bootstrap_ci(
     confidence: float = CONFIDENCE,
     n_resamples: int = N_RESAMPLES,
     seed: int = RNG_SEED,
+    method: BootstrapMethod = "percentile",
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean (``scipy.stats.bootstrap``, fixed rng).
-
-    The percentile method is used rather than BCa because BCa's jackknife acceleration is
-    degenerate for the handful of seeds a sweep has (identical values, n = 2 or 3).
+    """Bootstrap CI of the mean; :func:`bootstrap_interval` without the method used.
 
     Args:
         values: The sample (NaNs are dropped).
         confidence: Confidence level.
         n_resamples: Bootstrap resamples.
         seed: Seed of ``numpy.random.default_rng``.
+        method: ``"percentile"`` (the default, as before) or ``"BCa"``.
 
     Returns:
-        ``(low, high)``; NaNs when fewer than two values.
+        ``(low, high)``; NaNs when fewer than two values, the value for a constant sample.
     """
-    x = np.asarray(values, dtype=float)
-    x = x[~np.isnan(x)]
-    if x.size < 2:
-        return float("nan"), float("nan")
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])
-    res = sps.bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=n_resamples,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    low, high, _ = bootstrap_interval(values, confidence, n_resamples, seed, method)
+    return low, high
+
+
+# --------------------------------------------------------------------------- summaries
 
 
 def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") -> pd.DataFrame:
@@ -235,14 +360,17 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
     Returns:
         One row per setting: keys, head, freeze, layers, metric, split, n_runs, n (runs
         with a value), n_failed, n_error (status failed/diverged), mean, std (ddof=1),
-        median, min, max, ci_low, ci_high (bootstrap of the mean), baseline, threshold.
+        median, min, max, t_low, t_high (Student-t interval of the mean), ci_low, ci_high
+        (bootstrap interval of the mean), ci_method (what made ``ci_*``: ``BCa``,
+        ``percentile``, ``constant`` or ``none``; see :func:`bootstrap_interval`),
+        baseline (majority class), best_constant, threshold.
     """
     runs = run_values(table, metric=metric, split=split)
     out = []
     for keys, group in runs.groupby(GROUP_KEYS, sort=True):
-        x = group["value"].to_numpy(dtype=float)
-        x = x[~np.isnan(x)]
-        low, high = bootstrap_ci(x)
+        x = _finite(group["value"].to_numpy(dtype=float))
+        t_low, t_high = t_interval(x)
+        low, high, how = bootstrap_interval(x)
         first = group.iloc[0]
         out.append(
             {
@@ -261,9 +389,13 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
                 "median": float(np.median(x)) if x.size else np.nan,
                 "min": float(np.min(x)) if x.size else np.nan,
                 "max": float(np.max(x)) if x.size else np.nan,
+                "t_low": t_low,
+                "t_high": t_high,
                 "ci_low": low,
                 "ci_high": high,
+                "ci_method": how,
                 "baseline": float(group["baseline"].mean()),
+                "best_constant": float(group["best_constant"].mean()),
                 "threshold": float(group["threshold"].mean()),
             }
         )
@@ -283,9 +415,13 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
         "median",
         "min",
         "max",
+        "t_low",
+        "t_high",
         "ci_low",
         "ci_high",
+        "ci_method",
         "baseline",
+        "best_constant",
         "threshold",
     ]
     return pd.DataFrame(out, columns=columns)
@@ -298,7 +434,7 @@ def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm's step-down adjustment (family-wise error rate); NaNs stay NaN, not counted.
 
     With the m finite p-values sorted ascending, ``p_adj(i) = max_{j<=i} min(1,
-    (m - j + 1) p(j))``, returned in the input order.
+    (m - j + 1) p(j))``, returned in the input order (Holm 1979).
 
     Args:
         pvalues: Raw p-values of one family.
@@ -334,12 +470,51 @@ def paired_test(diffs: Sequence[float] | np.ndarray) -> tuple[float, str]:
         ``(p, reason)``: p is NaN, with a reason, for fewer than two pairs or when every
         difference is zero.
     """
-    d = np.round(np.asarray(diffs, dtype=float), 12)
+    d = np.round(np.asarray(diffs, dtype=float), DECIMALS)
     if d.size < 2:
         return float("nan"), "fewer than 2 paired seeds"
     if np.all(d == 0):
         return float("nan"), "all differences zero"
     return float(sps.wilcoxon(d, zero_method="wilcox", method="auto").pvalue), ""
+
+
+def paired_t_test(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float, str]:
+    """Two-sided paired t-test of a - b (``scipy.stats.ttest_rel``) and its t interval.
+
+    The t-test is continuous: any p can be reached with two or more pairs, unlike the
+    exact Wilcoxon test whose floor is ``2 / 2^n``. When every difference is the same
+    (after rounding to 12 decimals), the t statistic is undefined (0/0 for zeros, ±inf
+    otherwise) and no p is given: two seeds that happen to differ by the same amount
+    are not evidence of p = 0.
+
+    Args:
+        a: Values of head a, one per seed.
+        b: Values of head b on the same seeds, in the same order.
+        confidence: Confidence level of the interval of the mean difference.
+
+    Returns:
+        ``(p, low, high, reason)``; p and the interval are NaN with a reason for fewer
+        than two pairs, all differences zero, or constant differences.
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired samples differ in shape: {x.shape} vs {y.shape}")
+    d = np.round(x - y, DECIMALS)
+    if d.size < 2:
+        return float("nan"), float("nan"), float("nan"), "fewer than 2 paired seeds"
+    if np.all(d == 0):
+        return float("nan"), float("nan"), float("nan"), "all differences zero"
+    if np.all(d == d[0]):
+        return float("nan"), float("nan"), float("nan"), "differences constant: t undefined"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # precision note on near-equal d
+        res = sps.ttest_rel(x, y)
+        ci = res.confidence_interval(confidence)
+    return float(res.pvalue), float(ci.low), float(ci.high), ""
 
 
 def compare_heads(
@@ -350,10 +525,15 @@ def compare_heads(
 ) -> pd.DataFrame:
     """All head-vs-head comparisons within a task/encoder/freeze setting, paired by seed.
 
-    Only seeds where both heads have a value (status ok) are paired. A *family* for the
-    Holm correction is every comparison with a p-value inside one group of ``family``
-    (default: one task × encoder × freezing strategy, i.e. one "which head wins here?"
-    question); ``n_comparisons`` is that family's size.
+    Only seeds where both heads have a value (status ok) are paired. The headline test is
+    the two-sided paired t-test (:func:`paired_t_test`): with ~28 headline comparisons,
+    Holm's first threshold (0.05/28) is below the exact Wilcoxon floor at 10 seeds
+    (2/2^10), so Wilcoxon could never be significant there. The Wilcoxon signed-rank p
+    (:func:`paired_test`) stays as a second, distribution-free column. A *family* for
+    the Holm correction of ``p`` is every comparison with a p-value inside one group of
+    ``family`` (default: one task × encoder × freezing strategy, i.e. one "which head wins
+    here?" question); ``n_comparisons`` is that family's size. For one correction over
+    everything a headline shows, see :func:`holm_all`.
 
     Args:
         table: Tidy results table.
@@ -364,45 +544,56 @@ def compare_heads(
 
     Returns:
         One row per (setting, head_a, head_b): n_pairs, seeds, mean_a, mean_b, diff
-        (mean of a - b), ci_low, ci_high (bootstrap of the mean difference), p, p_min
-        (smallest two-sided p the exact test can reach with these pairs), reason,
-        n_comparisons, p_holm.
+        (mean of a - b), t_low, t_high (t interval of the mean difference), ci_low,
+        ci_high, ci_method (bootstrap interval of it, as in :func:`cell_stats`), p
+        (paired t-test), p_min (smallest p the t-test can reach: 0 wherever it runs),
+        reason (why ``p`` is NaN), p_wilcoxon, p_wilcoxon_min (its exact floor
+        ``2/2^k`` over the k non-zero differences), reason_wilcoxon, n_comparisons,
+        p_holm.
     """
     runs = run_values(table, metric=metric, split=split)
     runs = runs[~runs["value"].isna()]
-    setting = ["task", "encoder", "freeze_label"]
     rows = []
-    for keys, group in runs.groupby(setting, sort=True):
+    for keys, group in runs.groupby(SETTING_KEYS, sort=True):
         wide = group.pivot_table(index="seed", columns="head_label", values="value")
         heads = list(wide.columns)
         for i, head_a in enumerate(heads):
             for head_b in heads[i + 1 :]:
                 pair = wide[[head_a, head_b]].dropna()
-                d = (pair[head_a] - pair[head_b]).to_numpy(dtype=float)
-                p, reason = paired_test(d)
-                low, high = bootstrap_ci(d)
-                nonzero = int(np.count_nonzero(np.round(d, 12)))
+                a = pair[head_a].to_numpy(dtype=float)
+                b = pair[head_b].to_numpy(dtype=float)
+                d = a - b
+                p, t_low, t_high, reason = paired_t_test(a, b)
+                p_w, reason_w = paired_test(d)
+                low, high, how = bootstrap_interval(d)
+                nonzero = int(np.count_nonzero(np.round(d, DECIMALS)))
                 rows.append(
                     {
-                        **dict(zip(setting, keys, strict=True)),
+                        **dict(zip(SETTING_KEYS, keys, strict=True)),
                         "metric": group["metric"].iloc[0],
                         "split": split,
                         "head_a": head_a,
                         "head_b": head_b,
                         "n_pairs": len(pair),
                         "seeds": ",".join(str(s) for s in pair.index),
-                        "mean_a": float(pair[head_a].mean()) if len(pair) else np.nan,
-                        "mean_b": float(pair[head_b].mean()) if len(pair) else np.nan,
+                        "mean_a": float(a.mean()) if a.size else np.nan,
+                        "mean_b": float(b.mean()) if b.size else np.nan,
                         "diff": float(d.mean()) if d.size else np.nan,
+                        "t_low": t_low,
+                        "t_high": t_high,
                         "ci_low": low,
                         "ci_high": high,
+                        "ci_method": how,
                         "p": p,
-                        "p_min": 2.0 / 2**nonzero if nonzero and not reason else np.nan,
+                        "p_min": 0.0 if not reason else np.nan,
                         "reason": reason,
+                        "p_wilcoxon": p_w,
+                        "p_wilcoxon_min": 2.0 / 2**nonzero if not reason_w else np.nan,
+                        "reason_wilcoxon": reason_w,
                     }
                 )
     columns = [
-        *setting,
+        *SETTING_KEYS,
         "metric",
         "split",
         "head_a",
@@ -412,11 +603,17 @@ def compare_heads(
         "mean_a",
         "mean_b",
         "diff",
+        "t_low",
+        "t_high",
         "ci_low",
         "ci_high",
+        "ci_method",
         "p",
         "p_min",
         "reason",
+        "p_wilcoxon",
+        "p_wilcoxon_min",
+        "reason_wilcoxon",
     ]
     out = pd.DataFrame(rows, columns=[*columns, "n_comparisons", "p_holm"])
     if out.empty:
@@ -425,6 +622,213 @@ def compare_heads(
     out["n_comparisons"] = out.groupby(fam)["p"].transform("count").astype(int)
     out["p_holm"] = out.groupby(fam)["p"].transform(lambda s: pd.Series(holm(s), index=s.index))
     return out
+
+
+def significance_tier(p: float) -> str:
+    """The tier of an (adjusted) p-value: ``***`` < 0.001, ``**`` < 0.01, ``*`` < 0.05.
+
+    Args:
+        p: A p-value, normally after Holm.
+
+    Returns:
+        ``"***"``, ``"**"``, ``"*"``, ``"n.s."`` (p >= 0.05), or ``""`` for NaN (no test).
+    """
+    if p is None or np.isnan(p):
+        return ""
+    for bound, tier in SIGNIFICANCE_TIERS:
+        if p < bound:
+            return tier
+    return NOT_SIGNIFICANT
+
+
+def holm_all(comparisons: pd.DataFrame, p: str = "p") -> pd.DataFrame:
+    """One Holm correction over every comparison of a headline, not one per family.
+
+    Pass the comparisons (:func:`compare_heads` rows) of every setting the headline
+    shows, e.g. all tasks × freezing strategies, filtered to the rows it shows; the
+    family is then the whole table, so a reader who scans all of them for a "win" is
+    protected at the family-wise level (Holm 1979).
+
+    Args:
+        comparisons: A comparisons table with a p-value column.
+        p: The column of raw p-values (``"p"``: the paired t-test).
+
+    Returns:
+        A copy with ``n_comparisons_all`` (finite p-values corrected together),
+        ``p_holm_all`` and ``significance`` (:func:`significance_tier` of
+        ``p_holm_all``).
+    """
+    out = comparisons.copy()
+    raw = pd.to_numeric(out[p], errors="coerce").to_numpy(dtype=float)
+    out["n_comparisons_all"] = int(np.count_nonzero(~np.isnan(raw)))
+    out["p_holm_all"] = holm(raw)
+    out["significance"] = [significance_tier(v) for v in out["p_holm_all"]]
+    return out
+
+
+# --------------------------------------------------------------------------- per example
+
+
+@dataclass(frozen=True)
+class PairedBootstrap:
+    """Result of :func:`paired_bootstrap`.
+
+    Attributes:
+        diff: Observed mean-over-seeds metric of A minus that of B.
+        low: Lower end of the interval of ``diff``.
+        high: Upper end of the interval of ``diff``.
+        p: Two-sided bootstrap p-value of "no difference".
+        method: What made the interval: ``percentile``, ``BCa`` or ``constant``.
+        n_resamples: Resamples drawn.
+        n_undefined: Resamples where the metric was undefined (NaN), left out.
+        n_examples: Examples resampled.
+        distribution: The resampled differences, in draw order (NaNs included).
+    """
+
+    diff: float
+    low: float
+    high: float
+    p: float
+    method: str
+    n_resamples: int
+    n_undefined: int
+    n_examples: int
+    distribution: np.ndarray
+
+
+def _as_runs(preds: Any, n: int, name: str) -> np.ndarray:
+    runs = np.asarray(preds)
+    if runs.ndim < 2 or runs.shape[0] < 1 or runs.shape[1] != n:
+        raise ValueError(f"{name} must have shape (seeds, {n} examples), got {runs.shape}")
+    return runs
+
+
+def paired_bootstrap(
+    labels: Any,
+    preds_a: Any,
+    preds_b: Any,
+    metric: Callable[[Any, Any], float],
+    n_resamples: int = N_RESAMPLES,
+    rng: np.random.Generator | int | None = None,
+    confidence: float = CONFIDENCE,
+    method: BootstrapMethod = "percentile",
+) -> PairedBootstrap:
+    """Per-example paired bootstrap of a metric difference between two heads.
+
+    Each resample draws the examples with replacement, ``idx = rng.integers(0, n,
+    size=n)`` (one call per resample, in order), and the *same* ``idx`` serves both
+    heads and every seed: ``δ* = mean_s metric(labels[idx], A[s, idx]) - mean_s
+    metric(labels[idx], B[s, idx])``. The seeds of A and B need not match in number.
+
+    The p-value inverts the percentile interval: with ``B`` finite resamples,
+    ``p = min(1, 2 · min(1 + #{δ* <= 0}, 1 + #{δ* >= 0}) / (B + 1))``, i.e. twice the
+    share of resampled differences on the far side of zero, with the +1 correction
+    (Davison & Hinkley 1997) so that p is never 0; differences exactly 0 count on both
+    sides (conservative). Identical predictions give δ* = 0 everywhere, so p = 1.
+
+    The interval is the percentile interval of the δ*, or with ``method="BCa"`` Efron's
+    (1987) BCa interval on the same resamples (``scipy.stats.bootstrap`` given them; its
+    jackknife costs n · (seeds of A + seeds of B) more metric calls). If every δ* is the
+    same, the interval is that value (``method="constant"``).
+
+    Args:
+        labels: Gold labels, indexable along axis 0 by an integer array, one entry per
+            example (an object array of sequences for token tasks).
+        preds_a: Predictions of head A, shape (seeds, examples, ...).
+        preds_b: Predictions of head B on the same examples, shape (seeds, examples, ...).
+        metric: ``metric(labels, preds) -> float`` on a subset of examples, e.g. accuracy.
+        n_resamples: Resamples.
+        rng: A generator, or a seed for ``numpy.random.default_rng`` (default
+            :data:`RNG_SEED`).
+        confidence: Confidence level of the interval.
+        method: ``"percentile"`` or ``"BCa"``.
+
+    Returns:
+        The :class:`PairedBootstrap`.
+
+    Raises:
+        ValueError: On mismatched shapes, no examples, ``n_resamples`` < 1, or an
+            undefined observed metric.
+    """
+    gold = np.asarray(labels)
+    n = int(gold.shape[0]) if gold.ndim else 0
+    if n == 0:
+        raise ValueError("paired_bootstrap needs at least one example")
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be >= 1")
+    runs_a, runs_b = _as_runs(preds_a, n, "preds_a"), _as_runs(preds_b, n, "preds_b")
+    gen = (
+        rng
+        if isinstance(rng, np.random.Generator)
+        else np.random.default_rng(RNG_SEED if rng is None else rng)
+    )
+
+    def delta(idx: np.ndarray) -> float:
+        idx = np.asarray(idx, dtype=np.intp)
+        y = gold[idx]
+        score_a = np.mean([float(metric(y, run[idx])) for run in runs_a])
+        score_b = np.mean([float(metric(y, run[idx])) for run in runs_b])
+        return float(score_a - score_b)
+
+    observed = delta(np.arange(n))
+    if not np.isfinite(observed):
+        raise ValueError("the metric is undefined on the full set of examples")
+    dist = np.array([delta(gen.integers(0, n, size=n)) for _ in range(n_resamples)])
+    finite = dist[np.isfinite(dist)]
+    count = finite.size
+    below = int(np.count_nonzero(np.round(finite, DECIMALS) <= 0))
+    above = int(np.count_nonzero(np.round(finite, DECIMALS) >= 0))
+    p = min(1.0, 2.0 * min(below + 1, above + 1) / (count + 1))
+    if count == 0:
+        low = high = float("nan")
+        how = "none"
+    elif np.all(finite == finite[0]):
+        low = high = float(finite[0])
+        how = "constant"
+    else:
+        low, high, how = _interval_of(finite, delta, n, confidence, method)
+    return PairedBootstrap(
+        diff=observed,
+        low=low,
+        high=high,
+        p=float(p),
+        method=how,
+        n_resamples=n_resamples,
+        n_undefined=n_resamples - count,
+        n_examples=n,
+        distribution=dist,
+    )
+
+
+def _interval_of(
+    dist: np.ndarray,
+    statistic: Callable[[np.ndarray], float],
+    n: int,
+    confidence: float,
+    method: BootstrapMethod,
+) -> tuple[float, float, str]:
+    """Interval from given resamples via ``scipy.stats.bootstrap`` (BCa falls back)."""
+    with warnings.catch_warnings():
+        for category in _DEGENERATE:
+            warnings.simplefilter("error", category)
+        try:
+            res = sps.bootstrap(
+                (np.arange(n),),
+                statistic,
+                n_resamples=0,
+                bootstrap_result=SimpleNamespace(bootstrap_distribution=dist),
+                confidence_level=confidence,
+                method=method,
+                vectorized=False,
+            )
+            low, high = res.confidence_interval.low, res.confidence_interval.high
+        except _DEGENERATE:
+            low = high = float("nan")
+    if np.isfinite(low) and np.isfinite(high):
+        return float(low), float(high), method
+    alpha = (1 - confidence) / 2
+    low, high = np.percentile(dist, [100 * alpha, 100 * (1 - alpha)])
+    return float(low), float(high), "percentile"
 
 
 # --------------------------------------------------------------------------- EVP
@@ -474,6 +878,44 @@ def expected_max(values: Sequence[float] | np.ndarray, n: int | Sequence[int]) -
     return (_max_weights(v.size, ns) @ v).reshape(ns.shape)
 
 
+def expected_max_curve(
+    scores: Sequence[float] | np.ndarray, n_failed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """EVP curve for n = 1..N draws with replacement, failed draws ranked below all others.
+
+    The pool holds ``N = len(scores) + n_failed`` draws. A failed draw yields no model, so
+    it can never be the best of n; the curve is the expected best score *given that at
+    least one of the n draws succeeded*, and ``p_all_failed = (n_failed / N)^n`` is the
+    chance that none did. The standard deviation is allentune's
+    ``sqrt(sum_i p_i (v_(i) - E)^2)`` under the same condition. With no failed draws
+    this is exactly Dodge et al. (2019) and :func:`expected_max`.
+
+    Args:
+        scores: Scores of the successful draws (NaNs are not allowed here).
+        n_failed: Number of failed draws in the pool.
+
+    Returns:
+        ``(mean, std, p_all_failed)``, each of length N (NaN mean/std where every draw
+        failed).
+    """
+    v = np.sort(np.asarray(scores, dtype=float))
+    if np.isnan(v).any():
+        raise ValueError("scores must not contain NaN: count those draws in n_failed")
+    total = v.size + int(n_failed)
+    if total == 0:
+        raise ValueError("no draws")
+    ns = np.arange(1, total + 1, dtype=float)
+    p_all_failed = (n_failed / total) ** ns
+    if v.size == 0:
+        nan = np.full(total, np.nan)
+        return nan, nan.copy(), p_all_failed
+    weights = _max_weights(total, ns)[:, n_failed:]  # (N, successes): failed rank lowest
+    mass = weights.sum(axis=1)  # = 1 - p_all_failed
+    mean = weights @ v / mass
+    var = (weights * (v[None, :] - mean[:, None]) ** 2).sum(axis=1) / mass
+    return mean, np.sqrt(np.maximum(var, 0.0)), p_all_failed
+
+
 def expected_validation_performance(
     table: pd.DataFrame, metric: str = "main", split: str = "dev"
 ) -> pd.DataFrame:
@@ -496,11 +938,8 @@ def expected_validation_performance(
     rows = []
     for keys, group in runs.groupby(GROUP_KEYS, sort=True):
         v = _sorted_values(group["value"].to_numpy(dtype=float))
-        ns = np.arange(1, v.size + 1)
-        weights = _max_weights(v.size, ns)
-        mean, second = weights @ v, weights @ v**2
-        for count, e, e2 in zip(ns, mean, second, strict=True):
-            std = float(np.sqrt(max(e2 - e**2, 0.0)))
+        mean, std, _ = expected_max_curve(v)
+        for count, (e, s) in enumerate(zip(mean, std, strict=True), start=1):
             rows.append(
                 {
                     **dict(zip(GROUP_KEYS, keys, strict=True)),
@@ -508,8 +947,93 @@ def expected_validation_performance(
                     "split": split,
                     "n_seeds": int(count),
                     "expected_max": float(e),
-                    "expected_max_std": std,
+                    "expected_max_std": float(s),
                 }
             )
     columns = [*GROUP_KEYS, "metric", "split", "n_seeds", "expected_max", "expected_max_std"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def evp_from_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """Expected validation performance against the number of trials, per setting and head.
+
+    Dodge et al. (2019): the expected best selection score after n hyperparameter trials
+    drawn with replacement from the N a head ran, n = 1..N, exactly from their empirical
+    distribution (:func:`expected_max_curve`). Under an equal budget every head of a
+    setting has the same N, so the curves compare heads at every budget.
+
+    A trial is *failed* when its status is not ``ok`` (``failed``, ``diverged``) or its
+    selection score is not finite (NaN, or -inf as :mod:`bench.run.search` records a
+    trial without one). Failed trials stay in the pool (they spent budget), rank below
+    every successful trial, and can never be the best: the curve is the expected best
+    score given at least one successful draw, and ``p_all_failed`` is the chance that all
+    n draws failed. Leaving them out instead would give a head that fails half its trials
+    the same curve as one that never fails; scoring them -inf would make every curve
+    -inf.
+
+    Args:
+        trials: A trials table with columns :data:`TRIAL_COLUMNS` (``head``, ``layers``,
+            ``freeze`` and ``selection_metric`` may be missing). A trial listed twice
+            counts once (the last row).
+
+    Returns:
+        Long table: the setting keys (task, encoder, head_label, freeze_label), head,
+        layers, freeze, selection_metric, trials (N), failed_trials, n_trials (n = 1..N),
+        expected_max, expected_max_std, p_all_failed.
+
+    Raises:
+        ValueError: If a required column is missing.
+    """
+    out = trials.copy()
+    for a, b in (("head_label", "head"), ("freeze_label", "freeze")):
+        if a not in out and b in out:
+            out[a] = out[b]
+        if b not in out and a in out:
+            out[b] = out[a]
+    required = [*GROUP_KEYS, "trial", "status", "selection_score"]
+    missing = [c for c in required if c not in out]
+    if missing:
+        raise ValueError(f"trials table lacks required columns {missing}")
+    for column in ("layers", "selection_metric"):
+        if column not in out:
+            out[column] = np.nan
+    out = out.drop_duplicates(subset=[*GROUP_KEYS, "trial"], keep="last")
+    score = pd.to_numeric(out["selection_score"], errors="coerce").to_numpy(dtype=float)
+    out["_ok"] = (out["status"].astype(str) == "ok").to_numpy() & np.isfinite(score)
+    out["_score"] = score
+    rows = []
+    for keys, group in out.groupby(GROUP_KEYS, sort=True):
+        good = group.loc[group["_ok"], "_score"].to_numpy(dtype=float)
+        n_failed = int((~group["_ok"]).sum())
+        mean, std, p_none = expected_max_curve(good, n_failed)
+        first = group.iloc[0]
+        for i, (e, s, q) in enumerate(zip(mean, std, p_none, strict=True), start=1):
+            rows.append(
+                {
+                    **dict(zip(GROUP_KEYS, keys, strict=True)),
+                    "head": first["head"],
+                    "layers": first["layers"],
+                    "freeze": first["freeze"],
+                    "selection_metric": first["selection_metric"],
+                    "trials": len(group),
+                    "failed_trials": n_failed,
+                    "n_trials": i,
+                    "expected_max": float(e),
+                    "expected_max_std": float(s),
+                    "p_all_failed": float(q),
+                }
+            )
+    columns = [
+        *GROUP_KEYS,
+        "head",
+        "layers",
+        "freeze",
+        "selection_metric",
+        "trials",
+        "failed_trials",
+        "n_trials",
+        "expected_max",
+        "expected_max_std",
+        "p_all_failed",
+    ]
     return pd.DataFrame(rows, columns=columns)
