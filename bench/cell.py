@@ -36,8 +36,9 @@ CELL_COLUMNS = ["task", "encoder", "head", "head_label", "layers", "freeze", "fr
 HASH_RECIPE = 1
 #: Defaults of the hidden-state cache keys that enter the hash of cache-reading cells.
 CACHE_DEFAULTS = {"enabled": True, "dtype": "float32"}
-#: Version of the ``result.json`` layout.
-RESULT_SCHEMA = 1
+#: Version of the ``result.json`` layout. 2 added ``selection`` (what chose the epoch),
+#: ``best_constant`` and ``search``, and scores ``best.metrics`` on the reporting splits once.
+RESULT_SCHEMA = 2
 #: Folder of a run directory where resume keeps the finished outputs of an earlier
 #: configuration of the cell (``superseded/<config_hash[:12]>/``) instead of deleting them.
 #: Readers of a sweep's results skip everything below it.
@@ -150,6 +151,14 @@ def cell_path(cfg: DictConfig) -> str:
     return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/seed={c['seed']}"
 
 
+def _plain(node: Any) -> dict[str, Any] | None:
+    """A config node as a plain dict (None when absent)."""
+    if node is None:
+        return None
+    value = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
+
+
 def config_hash(cfg: DictConfig) -> str:
     """Content hash of everything that changes a cell's numbers."""
     hashed: dict[str, Any] = {}
@@ -168,6 +177,15 @@ def config_hash(cfg: DictConfig) -> str:
             if part.get(key, default) == default:
                 part.pop(key, None)
         hashed[section] = part
+    # Added with the evaluation protocol: hashed only when not the old behaviour (dev
+    # selection, no search), so results made before keep their hashes and the new defaults
+    # make them stale (re-trained, the old result kept in superseded/).
+    selection = _plain(cfg.get("selection"))
+    if selection and selection.get("name", "dev") != "dev":
+        hashed["selection"] = selection
+    search = _plain(cfg.get("search"))
+    if search and int(search.get("trials") or 0) > 0:
+        hashed["search"] = search
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
         changed = {

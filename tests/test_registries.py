@@ -8,6 +8,7 @@ names the key and lists the valid choices when it refuses a value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +18,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from bench.axes import encoders, freezing, heads, layers
-from bench.data import tasks
+from bench.data import selection, tasks
 from bench.errors import ConfigError
+from bench.run import search
+from bench.run.preflight import check_protocol
 from bench.run.sweep import expand
 from conftest import CONF
 
@@ -67,6 +70,25 @@ def check_task(cfg: DictConfig, option: str) -> None:
     assert tasks.validate(cfg.task.name).name == option
 
 
+def check_selection(cfg: DictConfig, option: str) -> None:
+    assert option in selection.MODES
+    check_protocol(cfg)
+
+
+def check_search(cfg: DictConfig, option: str) -> None:
+    check_protocol(cfg)
+    if search.enabled(cfg):
+        assert cfg.search.sampler in search.SAMPLERS
+        # Every freezing family has a declared space whose whole grid can be drawn.
+        for freeze in ("frozen", "full"):
+            cfg.freeze.name = freeze
+            space = search.space_of(cfg)
+            size = math.prod(len(v) for v in space.values())
+            assert len(search.draw_trials(space, size, cfg.search.seed)) == size
+    else:
+        assert cfg.search.trials == 0
+
+
 def check_name_only(cfg: DictConfig, option: str) -> None:
     """Plain settings (optimizer, trainer): the name is the whole contract."""
 
@@ -76,6 +98,8 @@ CHECKS: dict[str, Callable[[DictConfig, str], None]] = {
     "head": check_head,
     "freeze": check_freeze,
     "task": check_task,
+    "selection": check_selection,
+    "search": check_search,
     **dict.fromkeys(SETTINGS_GROUPS, check_name_only),
 }
 

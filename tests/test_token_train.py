@@ -39,7 +39,7 @@ def small_conll(data_dir, tmp_path_factory):
     """The first sentences of the real files, in the same layout (fast plumbing runs)."""
     root = tmp_path_factory.mktemp("data")
     (root / "conll2003").mkdir()
-    for name, n_sentences in (("train.txt", 48), ("dev.txt", 24), ("test.txt", 20)):
+    for name, n_sentences in (("train.txt", 72), ("dev.txt", 24), ("test.txt", 20)):
         lines = conll_file(data_dir, SPEC, name).read_text(encoding="utf-8").split("\n")
         out, ended, previous = [], 0, ""
         for line in lines:
@@ -73,6 +73,7 @@ def test_token_cell_writes_a_glue_shaped_result(compose_cfg, small_conll, tmp_pa
         "head.label=bilstm-${.layers}",
         "seed=1",
         f"data.dir={small_conll}",
+        "selection.size=24",  # 72 training sentences: 24 select the epoch, 48 train
         "trainer.max_epochs=2",
     )
     assert cell_path(cfg) == "conll2003/tiny_bert/bilstm-concat_last4/frozen/seed=1"
@@ -90,8 +91,12 @@ def test_token_cell_writes_a_glue_shaped_result(compose_cfg, small_conll, tmp_pa
         base = on_disk["baseline"][split]
         assert base["prediction"] == "O" and base["metrics"]["f1"] == 0.0
     assert [h["epoch"] for h in on_disk["history"]] == [0, 1]
-    assert on_disk["data"]["n_train"] == 48 and on_disk["data"]["n_dev"] == {"dev": 24, "test": 20}
-    assert set(on_disk["data"]["truncated"]) == {"train", "dev", "test"}
+    assert on_disk["data"]["n_train"] == 48 and on_disk["data"]["n_dev"] == {
+        "select": 24,
+        "dev": 24,
+        "test": 20,
+    }
+    assert set(on_disk["data"]["truncated"]) == {"train", "select", "dev", "test"}
     assert on_disk["params"]["encoder_trainable"] == 0
     # Word-level predictions, one file per split, agree with the recorded best metrics.
     for split, n in (("dev", 24), ("test", 20)):
@@ -118,6 +123,7 @@ def test_crf_and_pooler_heads_on_a_byte_level_bpe_encoder(compose_cfg, small_con
         "+head.crf=true",
         "seed=2",
         f"data.dir={small_conll}",
+        "selection.size=24",  # 72 training sentences: 24 select the epoch, 48 train
         "trainer.max_epochs=1",
         "data.max_length=24",
     )
@@ -139,6 +145,7 @@ def test_a_sequence_only_option_fails_the_cell_naming_the_key(compose_cfg, small
         "head.init=pretrained",
         "seed=1",
         f"data.dir={small_conll}",
+        "selection.size=24",  # 72 training sentences: 24 select the epoch, 48 train
     )
     result = run(cfg, tmp_path)
     assert result["status"] == "failed" and "head.init='pretrained'" in result["reason"]
@@ -200,6 +207,7 @@ def test_bert_table7_multirun_from_the_command_line(small_conll, tmp_path):
             "hydra.sweeper.params.seed=1",
             "trainer.max_epochs=1",
             f"data.dir={small_conll}",
+            "selection.size=24",
             f"runs_dir={tmp_path}/runs",
             f"results_dir={tmp_path}/results",
         ],

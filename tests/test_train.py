@@ -18,7 +18,13 @@ from bench.results.run_records import read_launch_log
 from bench.run.train import run
 from conftest import ROOT
 
-FAST = ("trainer.max_epochs=2", "data.max_length=48", "data.batch_size=16")
+# selection=heldout (the default) with a small slice keeps these tests quick.
+FAST = (
+    "trainer.max_epochs=2",
+    "data.max_length=48",
+    "data.batch_size=16",
+    "selection.size=64",
+)
 
 
 def _read_predictions(path):
@@ -59,7 +65,10 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
         444 / 872, abs=1e-6
     ) or on_disk["baseline"]["dev"]["metrics"]["accuracy"] == pytest.approx(428 / 872, abs=1e-6)
     assert on_disk["params"]["encoder_trainable"] == 0 and on_disk["params"]["trainable"] > 0
-    assert on_disk["data"]["n_train"] == 96 and on_disk["data"]["n_dev"] == {"dev": 872}
+    assert on_disk["data"]["n_train"] == 96 and on_disk["data"]["n_dev"] == {
+        "select": 64,
+        "dev": 872,
+    }
     for key in (
         "wall_time_s",
         "train_time_s",
@@ -263,11 +272,13 @@ def test_mnli_reports_matched_and_mismatched(compose_cfg, tmp_path):
         "seed=1",
         f"data.dir={tmp_path / 'data'}",
         "trainer.max_epochs=1",
+        "selection.size=20",
     )
     result = run(cfg, tmp_path / "run")
     assert result["status"] == "ok", result.get("reason")
-    assert set(result["best"]["metrics"]) == {"dev", "dev_mismatched"}
-    assert result["data"]["n_dev"] == {"dev": 20, "dev_mismatched": 16}
+    assert set(result["best"]["metrics"]) == {"dev", "dev_mismatched"}  # reporting splits
+    assert result["data"]["n_dev"] == {"select": 20, "dev": 20, "dev_mismatched": 16}
+    assert result["data"]["n_train"] == 28
     rows = _read_predictions(tmp_path / "run" / "predictions_dev_mismatched.csv")
     assert len(rows) == 16 and {int(r["label"]) for r in rows} == {0, 1, 2}
 

@@ -22,6 +22,7 @@ from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.location import load_from_hub
 from bench.data.samplers import BucketedLengthSampler
+from bench.data.selection import MODES, SELECTION_SPLIT, carve_selection
 from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
 from bench.data.token_cache import cached_encode, columns_digest, tokenizer_digest
 from bench.errors import ConfigError, DataError
@@ -85,13 +86,26 @@ def subset(columns: Columns, size: int | None, seed: int, where: str) -> Columns
     Raises:
         ConfigError: If ``size`` is not positive or larger than the split.
     """
-    n = len(columns["idx"])
+    keep = subset_indices(len(columns["idx"]), size, seed, where)
+    return columns if keep is None else take(columns, keep)
+
+
+def subset_indices(n: int, size: int | None, seed: int, where: str) -> np.ndarray | None:
+    """The sorted row indices of :func:`subset`'s fixed-seed subset (None: all rows).
+
+    Raises:
+        ConfigError: If ``size`` is not positive or larger than the split.
+    """
     if size is None:
-        return columns
+        return None
     if not isinstance(size, int) or size < 1 or size > n:
         raise ConfigError(f"data.train_size={size!r} but {where} has {n} examples (valid: 1..{n})")
-    keep = np.sort(np.random.default_rng(seed).permutation(n)[:size])
-    return {key: [values[i] for i in keep] for key, values in columns.items()}
+    return np.sort(np.random.default_rng(seed).permutation(n)[:size])
+
+
+def take(columns: Columns, rows: np.ndarray) -> Columns:
+    """The given rows of every column, in the order given."""
+    return {key: [values[i] for i in rows] for key, values in columns.items()}
 
 
 @dataclass
@@ -173,6 +187,10 @@ class SplitLoaders(L.LightningDataModule):
             a noisy length, batches shuffled: less padding still), ``False`` shuffled.
         token_cache_dir: Where tokenized splits are cached for later cells
             (:mod:`bench.data.token_cache`); None tokenizes every time.
+        selection: How the epoch (and the trial) is chosen (:mod:`bench.data.selection`):
+            ``{"name": "heldout", "size": n}`` carves the evaluation split ``select`` out of
+            train, and the reporting splits are only served by :meth:`report_dataloaders`;
+            ``{"name": "dev"}`` (or None: the old behaviour) selects on the reporting splits.
     """
 
     def __init__(
@@ -188,6 +206,7 @@ class SplitLoaders(L.LightningDataModule):
         num_workers: int = 0,
         group_by_length: bool | str = False,
         token_cache_dir: str | Path | None = None,
+        selection: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -201,6 +220,12 @@ class SplitLoaders(L.LightningDataModule):
         self.num_workers = num_workers
         self.group_by_length = group_by_length
         self.token_cache_dir = token_cache_dir
+        self.selection = dict(selection or {"name": "dev"})
+        if self.selection.get("name") not in MODES:
+            raise ConfigError(
+                f"selection.name={self.selection.get('name')!r}; valid choices: {', '.join(MODES)}"
+            )
+        self.selection_ids: list[int] = []  # the slice's `idx` values (heldout)
         self.train: Any = None
         self._batch: Collate = self._collate  # see use_splits
         self.dev: dict[str, Any] = {}
@@ -208,9 +233,24 @@ class SplitLoaders(L.LightningDataModule):
         self.dev_labels: dict[str, list[Any]] = {}
 
     @property
+    def heldout(self) -> bool:
+        """Whether a slice of train (``select``) chooses the epoch, not the reporting splits."""
+        return self.selection["name"] == "heldout"
+
+    @property
     def dev_names(self) -> list[str]:
-        """Names of the evaluation splits, in dataloader order."""
+        """The reporting splits (``dev``; MNLI ``dev_mismatched``; NER ``test``), in order."""
         return list(self.spec.dev)
+
+    @property
+    def eval_names(self) -> list[str]:
+        """The splits evaluated every epoch, in dataloader order: the first selects."""
+        return [SELECTION_SPLIT] if self.heldout else self.dev_names
+
+    @property
+    def report_names(self) -> list[str]:
+        """The splits evaluated once, on the selected model (none when dev selects)."""
+        return self.dev_names if self.heldout else []
 
     #: The dataclass :meth:`_encode` returns (for the tokenization cache).
     encoded_type: type = Encoded
@@ -285,7 +325,25 @@ class SplitLoaders(L.LightningDataModule):
         if self.train is not None:
             return
         where = f"{self.spec.name} train"
-        train = subset(self._load(self.spec.train), self.train_size, self.data_seed, where)
+        full = self._load(self.spec.train)
+        rows = subset_indices(len(full["idx"]), self.train_size, self.data_seed, where)
+        if self.heldout:
+            rows, select = carve_selection(
+                full["label"],
+                rows,
+                self.selection.get("size"),  # type: ignore[arg-type]  # checked there
+                self.data_seed,
+                self._stratify(),
+                where,
+            )
+            columns = take(full, select)
+            self.selection_ids = [int(i) for i in columns["idx"]]
+            self.dev_labels[SELECTION_SPLIT] = list(columns["label"])
+            self._keep_dev(SELECTION_SPLIT, columns)
+            self.dev[SELECTION_SPLIT] = self._encode_once(
+                columns, f"{self.spec.name} {SELECTION_SPLIT}", SELECTION_SPLIT
+            )
+        train = full if rows is None else take(full, rows)
         self.train_labels = list(train["label"])
         self.train = self._encode_once(train, where, "train")
         for name, source in self.spec.dev.items():
@@ -313,18 +371,28 @@ class SplitLoaders(L.LightningDataModule):
             num_workers=self.num_workers,
         )
 
+    def _stratify(self) -> str | None:
+        """How the selection slice is stratified: by class, by score bins, or not (tokens)."""
+        if self.spec.kind != "sequence":
+            return None
+        return "bins" if self.spec.is_regression else "class"
+
+    def _eval_loader(self, name: str) -> DataLoader:
+        return DataLoader(
+            self.dev[name],
+            batch_size=self.eval_batch_size,
+            shuffle=False,
+            collate_fn=self._batch,
+            num_workers=self.num_workers,
+        )
+
     def val_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation split (``dev``; MNLI ``dev_mismatched``; NER ``test``)."""
-        return [
-            DataLoader(
-                self.dev[name],
-                batch_size=self.eval_batch_size,
-                shuffle=False,
-                collate_fn=self._batch,
-                num_workers=self.num_workers,
-            )
-            for name in self.dev_names
-        ]
+        """One loader per split evaluated every epoch (:attr:`eval_names`)."""
+        return [self._eval_loader(name) for name in self.eval_names]
+
+    def report_dataloaders(self) -> list[DataLoader]:
+        """One loader per reporting split evaluated once (:attr:`report_names`)."""
+        return [self._eval_loader(name) for name in self.report_names]
 
 
 class GlueDataModule(SplitLoaders):

@@ -13,7 +13,9 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
+from torchmetrics import Metric
 
 from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
@@ -39,7 +41,11 @@ class HeadbenchModule(L.LightningModule):
         task: Task name.
         optim: ``encoder_lr``, ``head_lr`` (encoder training), ``frozen_head_lr``
             (encoder frozen), ``weight_decay``, ``warmup_ratio``, ``adam_eps``, ``betas``.
-        dev_names: Names of the evaluation splits, in dataloader order.
+        dev_names: Names of the splits evaluated every epoch, in dataloader order; the
+            first one selects the best epoch (the held-out ``select`` slice, or ``dev``).
+        report_names: Reporting splits evaluated once, after training, on the best
+            epoch's weights (:meth:`evaluate_reporting_splits`); none when the first
+            evaluation split is itself the reporting split (``selection=dev``).
     """
 
     def __init__(
@@ -50,6 +56,7 @@ class HeadbenchModule(L.LightningModule):
         task: str,
         optim: dict[str, Any],
         dev_names: list[str] | None = None,
+        report_names: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -68,7 +75,11 @@ class HeadbenchModule(L.LightningModule):
         self.evaluation = self.task_type.evaluation(self.dev_names)
         self.feature_plan: FeaturePlan | None = None  # see use_cached_states
         self.history: list[dict[str, Any]] = []
+        self.report_names = list(report_names or [])
         self.best: dict[str, Any] | None = None
+        # The best epoch's weights (CPU copies), while reporting splits wait for them.
+        self._best_state: dict[str, Tensor] | None = None
+        self.report: dict[str, Any] | None = None  # reporting-split metrics and predictions
         self._train_loss = [0.0, 0]  # sum, count since the epoch started
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
@@ -225,7 +236,50 @@ class HeadbenchModule(L.LightningModule):
                 "metrics": {n: record[n] for n in self.dev_names},
                 "predictions": {n: self.evaluation.collect(n) for n in self.dev_names},
             }
+            if self.report_names:  # the reporting splits are scored on these weights later
+                self._best_state = {
+                    k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()
+                }
         self.evaluation.clear()
+
+    def on_train_end(self) -> None:
+        """Score the reporting splits once, on the selected epoch's weights."""
+        if self.report_names and self._best_state is not None:
+            self.load_state_dict(self._best_state)
+            self._best_state = None
+            self.report = self.evaluate_reporting_splits()
+
+    @torch.no_grad()
+    def evaluate_reporting_splits(self) -> dict[str, Any]:
+        """Metrics and predictions of every reporting split, in eval mode, each example once.
+
+        Runs in the training process (every rank under DDP scores the whole split, with no
+        cross-rank sync), with the trainer's precision context, on the data module's
+        :meth:`~bench.data.sequence_datamodule.SplitLoaders.report_dataloaders`.
+
+        Returns:
+            ``{"metrics": {split: scores}, "predictions": {split: columns}}``.
+        """
+        datamodule: Any = self.trainer.datamodule  # type: ignore[attr-defined]
+        loaders = datamodule.report_dataloaders()
+        evaluation = self.task_type.evaluation(self.report_names).to(self.device)
+        for metric in evaluation.modules():
+            if isinstance(metric, Metric):
+                metric.sync_on_compute = False  # each rank holds the whole split
+        was_training = self.training
+        self.eval()
+        report: dict[str, Any] = {"metrics": {}, "predictions": {}}
+        try:
+            with self.trainer.precision_plugin.forward_context():
+                for name, loader in zip(self.report_names, loaders, strict=True):
+                    for batch in loader:
+                        batch = move_data_to_device(batch, self.device)
+                        evaluation.update(name, self.head, self(batch), batch)
+                    report["metrics"][name] = evaluation.scores(name, 1)
+                    report["predictions"][name] = evaluation.collect(name)
+        finally:
+            self.train(was_training)
+        return report
 
     def run_record(self) -> dict[str, Any]:
         """What training recorded on the module (plain values): history, best epoch, stages.
@@ -236,6 +290,7 @@ class HeadbenchModule(L.LightningModule):
         return {
             "history": self.history,
             "best": self.best,
+            "report": self.report,
             "trainable_history": self.adaptation.trainable_history,
         }
 
@@ -243,6 +298,7 @@ class HeadbenchModule(L.LightningModule):
         """Adopt a :meth:`run_record` made in another process."""
         self.history = record["history"]
         self.best = record["best"]
+        self.report = record.get("report")
         self.adaptation.trainable_history = record["trainable_history"]
 
     def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]

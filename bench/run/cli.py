@@ -81,6 +81,7 @@ def _report_skip(hydra_cfg: Any, run_dir: Path, state: CellState) -> None:
 def _hydra_main(cfg: DictConfig) -> None:
     # Imported here: training pulls in torch and Lightning (~8 s), which a skipped cell, a
     # --dry-run and the launching process of a sweep never need.
+    from bench.run.search import run_with_search
     from bench.run.train import run
 
     hydra_cfg = HydraConfig.get()
@@ -97,7 +98,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         clear_run_outputs(run_dir)
         save_job_config(run_dir, cfg, hydra_cfg)
         route_lightning_logs()
-        result = run(cfg, run_dir)
+        result = run_with_search(cfg, run_dir, run)
     status = result["status"]
     print(f"{status}: {run_dir}/result.json")
     if status != "ok" and hydra_cfg.mode == RunMode.RUN:

@@ -26,6 +26,7 @@ from bench.atomic import unwritable_reason
 from bench.cell import cell_path, check_identity, config_hash
 from bench.errors import ConfigError, HeadbenchError
 from bench.run.resume import CellState, ResumePolicy, cell_state, running_elsewhere, should_run
+from bench.run.search import TRIAL_FILE, TRIALS_DIR
 from bench.run.sweep import expand
 
 
@@ -39,6 +40,7 @@ class PlannedCell:
         state: What the run directory holds now.
         will_run: Whether launching the sweep now trains this cell.
         problem: Why the preflight check refuses the cell (it would be recorded failed).
+        trials: The search budget of its setting (``search.trials``; 0 = no search).
     """
 
     overrides: tuple[str, ...]
@@ -46,6 +48,7 @@ class PlannedCell:
     state: CellState
     will_run: bool
     problem: str | None = None
+    trials: int = 0
 
 
 def _job_overrides(cfg: DictConfig, overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -127,7 +130,8 @@ def plan(
                     check(cfg)
                 except HeadbenchError as err:
                     problem = f"{type(err).__name__}: {err}"
-            cells.append(PlannedCell(tuple(job), run_dir, state, will_run, problem))
+            trials = int(OmegaConf.select(cfg, "search.trials", default=0) or 0)
+            cells.append(PlannedCell(tuple(job), run_dir, state, will_run, problem, trials))
         check_output_dirs(base, multirun)
     return cells
 
@@ -197,6 +201,18 @@ def print_plan(cells: list[PlannedCell]) -> None:
     states = ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
     failing = f" ({refused} would fail preflight)" if refused else ""
     print(f"{len(cells)} cells: {states}; {to_run} would run{failing}")
+    budgets = {c.run_dir.parent: c.trials for c in cells if c.will_run and c.trials}
+    if budgets:
+        stored = sum(
+            1
+            for folder, n in budgets.items()
+            for k in range(1, n + 1)
+            if (folder / TRIALS_DIR / f"trial={k}" / TRIAL_FILE).is_file()
+        )
+        print(
+            f"search: {sum(budgets.values())} trial trainings over {len(budgets)} settings "
+            f"({stored} stored), shared by each setting's seeds"
+        )
     shared = collisions(cells)
     if shared:
         print(collision_message(shared))

@@ -29,10 +29,11 @@ from transformers import AutoConfig
 
 from bench.axes import encoders, freezing
 from bench.cell import check_identity
-from bench.data import tasks
+from bench.data import selection, tasks
 from bench.errors import ConfigError, EncoderError
 from bench.model.encoders import load_tokenizer, resolve_source
 from bench.model.task_types import task_type
+from bench.run import search
 from bench.run.allocator import check_malloc_mode
 from bench.run.plan import check_output_dirs, hydra_context
 
@@ -139,6 +140,36 @@ def check_max_length(max_length: int, name: str, model_type: str, max_positions:
         )
 
 
+def check_protocol(cfg: DictConfig) -> None:
+    """Check the ``selection`` and ``search`` groups (what chooses the epoch and the trial).
+
+    Raises:
+        ConfigError: For an unknown selection mode, a slice below its minimum size, an
+            unknown sampler, a search space key that is not an optimizer key, or a budget
+            beyond the grid.
+    """
+    name = OmegaConf.select(cfg, "selection.name", default="dev")
+    if name not in selection.MODES:
+        raise ConfigError(f"selection.name={name!r}; valid choices: {', '.join(selection.MODES)}")
+    if name == "heldout":
+        size = OmegaConf.select(cfg, "selection.size", default=None)
+        if isinstance(size, bool) or not isinstance(size, int) or size < selection.MIN_SIZE:
+            raise ConfigError(
+                f"selection.size={size!r}: must be an integer >= {selection.MIN_SIZE} "
+                "(examples held out from train to choose the epoch and the trial)"
+            )
+    if search.enabled(cfg):
+        sampler = OmegaConf.select(cfg, "search.sampler", default=None)
+        if sampler not in search.SAMPLERS:
+            raise ConfigError(
+                f"search.sampler={sampler!r}; valid choices: {', '.join(search.SAMPLERS)}"
+            )
+        seed = OmegaConf.select(cfg, "search.seed", default=None)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"search.seed={seed!r}: must be a non-negative integer")
+        search.draw_trials(search.space_of(cfg), cfg.search.trials, seed)
+
+
 def check_cell(cfg: DictConfig) -> None:
     """Check one composed cell config; cheap (config files and the tokenizer, no weights).
 
@@ -150,6 +181,7 @@ def check_cell(cfg: DictConfig) -> None:
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     spec = tasks.validate(cfg.task.name)
+    check_protocol(cfg)
     # Only the cell's own groups: the `hydra` node may need a live run to resolve.
     plain: dict[str, Any] = {
         key: OmegaConf.to_container(cfg[key], resolve=True)

@@ -25,8 +25,9 @@ from bench.atomic import atomic_write_json
 from bench.cache.serve import StatesCollate, serve_features
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
 from bench.clock import utc_now
+from bench.data.baselines import best_constant
 from bench.data.tasks import get_task
-from bench.errors import DivergedError
+from bench.errors import DivergedError, HeadbenchError
 from bench.model.encoders import load_tokenizer
 from bench.model.module import HeadbenchModule
 from bench.model.task_types import task_type
@@ -40,6 +41,10 @@ from bench.run.preflight import check_cell, check_max_length
 from bench.run.timing import TrainLoopTimer
 
 log = logging.getLogger(__name__)
+
+
+class SearchFailed(HeadbenchError):
+    """The cell's search could not select a configuration (every trial failed)."""
 
 
 def _main_metric(cfg: DictConfig) -> str | None:
@@ -62,7 +67,34 @@ def _loggers(run_dir: Path) -> list[Any]:
     return loggers
 
 
-def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
+def _selection_config(cfg: DictConfig) -> dict[str, Any]:
+    """The ``selection`` group as plain values; a config without one selects on dev."""
+    node = OmegaConf.select(cfg, "selection", default=None)
+    if node is None:
+        return {"name": "dev"}
+    plain = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(plain, dict)
+    return {str(k): v for k, v in plain.items()}
+
+
+def _selection_record(
+    selection: dict[str, Any], datamodule: Any, best: dict[str, Any], data_seed: int
+) -> dict[str, Any]:
+    """What chose the epoch: the split, its size and example ids, its scores."""
+    split = datamodule.eval_names[0]
+    record: dict[str, Any] = {
+        "mode": selection["name"],
+        "split": split,
+        "best_epoch": best["epoch"],
+        "metrics": best["metrics"][split],
+    }
+    if datamodule.heldout:
+        ids = datamodule.selection_ids
+        record.update(size=len(ids), seed=data_seed, ids=ids)
+    return record
+
+
+def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any], report: bool) -> None:
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     result["runtime"] = {"malloc": configure_malloc(malloc)}
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -84,6 +116,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         num_workers=int(cfg.data.num_workers),
         group_by_length=cfg.data.get("group_by_length", False),
         token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
+        selection=_selection_config(cfg),
     )
     module = HeadbenchModule(
         encoder=plain["encoder"],
@@ -91,7 +124,9 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         freeze=plain["freeze"],
         task=spec.name,
         optim=plain["optim"],
-        dev_names=datamodule.dev_names,
+        dev_names=datamodule.eval_names,
+        # a search trial is never scored on a reporting split: it only selects
+        report_names=datamodule.report_names if report else [],
     )
     info = module.encoder_info
     check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
@@ -110,9 +145,13 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
     if served.plan is not None:  # frozen layers are read from the cache, not recomputed
         datamodule.use_splits(served.splits, StatesCollate)
         module.use_cached_states(served.plan)
+    reporting = datamodule.dev_names if report else []
     result["baseline"] = {
-        name: kind.majority_baseline(datamodule.train_labels, labels)
-        for name, labels in datamodule.dev_labels.items()
+        name: kind.majority_baseline(datamodule.train_labels, datamodule.dev_labels[name])
+        for name in reporting
+    }
+    result["best_constant"] = {
+        name: best_constant(spec, datamodule.dev_labels[name]) for name in reporting
     }
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
@@ -141,8 +180,16 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
         result["trainable_params_history"] = module.adaptation.trainable_history
         result["params"] = module.parameter_counts()
     assert module.best is not None, "no validation epoch ran"
-    result["best"] = {"epoch": module.best["epoch"], "metrics": module.best["metrics"]}
-    summary = prediction_summary(spec, module.best["predictions"])
+    selection = _selection_config(cfg)
+    result["selection"] = _selection_record(selection, datamodule, module.best, int(cfg.data_seed))
+    if datamodule.heldout:  # the reporting splits, scored once on the selected epoch
+        assert module.report is not None or not report, "the reporting splits were not scored"
+        metrics = module.report["metrics"] if module.report else {}
+        predictions = module.report["predictions"] if module.report else {}
+    else:  # selection=dev: the selecting epoch's own dev scores (optimistic; marked)
+        metrics, predictions = module.best["metrics"], module.best["predictions"]
+    result["best"] = {"epoch": module.best["epoch"], "metrics": metrics}
+    summary = prediction_summary(spec, predictions or module.best["predictions"])
     result["predictions_summary"] = summary
     result["degenerate"] = summary["degenerate"]
     if summary["degenerate"]:
@@ -152,16 +199,35 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any]) -> None:
             summary["split"],
             summary,
         )
-    kind.write_predictions(run_dir, module.best["predictions"], datamodule)
+    if predictions:
+        kind.write_predictions(run_dir, predictions, datamodule)
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
+def run(
+    cfg: DictConfig,
+    run_dir: str | Path,
+    *,
+    result_file: str = RESULT_FILE,
+    report: bool = True,
+    extra: dict[str, Any] | None = None,
+    cell_hash: str | None = None,
+    failure: str | None = None,
+) -> dict[str, Any]:
     """Train and evaluate one cell and write ``<run_dir>/result.json``.
 
     Args:
         cfg: The composed config (``task``, ``encoder``, ``head``, ``freeze``, ``seed``,
-            ``data``, ``optim``, ``trainer``).
+            ``data``, ``optim``, ``trainer``, ``selection``).
         run_dir: Directory for the result, predictions and logs.
+        result_file: The file written (a search trial writes ``trial.json``).
+        report: Whether the reporting splits are scored (and predictions written); a
+            search trial only selects, so it never sees them.
+        extra: Fields added to the result (a trial's number and configuration, the
+            search that chose this configuration).
+        cell_hash: The config hash to record, when ``cfg`` is not the cell's own config
+            (a search trains the cell's config with the selected trial's values).
+        failure: Record the cell as failed for this reason without training (its search
+            could not select a configuration).
 
     Returns:
         The result dict as written: ``status`` is ``ok``, ``failed`` or ``diverged``.
@@ -175,14 +241,17 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
         "cell_path": cell_path(cfg),
         "status": "running",
         "reason": None,
-        "config_hash": config_hash(cfg),
+        "config_hash": cell_hash or config_hash(cfg),
         "hash_recipe": HASH_RECIPE,
         "main_metric": _main_metric(cfg),
         "config": OmegaConf.to_container(cfg, resolve=True),
+        **(extra or {}),
     }
     try:
+        if failure is not None:
+            raise SearchFailed(failure)
         check_cell(cfg)  # a bad value fails here with a clear message, before any loading
-        _train(cfg, run_dir, result)
+        _train(cfg, run_dir, result, report)
         result["status"] = "ok"
     except DivergedError as err:
         result.update(status="diverged", reason=str(err), diverged_step=err.step)
@@ -199,5 +268,5 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict[str, Any]:
     result["git"] = provenance.git_commit()
     result["versions"] = provenance.versions()
     result["hardware"] = provenance.hardware()
-    atomic_write_json(run_dir / RESULT_FILE, result)
+    atomic_write_json(run_dir / result_file, result)
     return result

@@ -1,0 +1,131 @@
+"""The selection slice: examples held out from train to choose the epoch and the trial.
+
+Selection is not reporting (DESIGN.md, "Evaluation protocol"): the best epoch and the best
+hyperparameter trial are chosen on a slice carved from the training split, disjoint from
+the examples the head trains on, so the reporting split (GLUE dev; CoNLL dev and test) is
+evaluated once per selected model and never steers a choice.
+
+The slice is drawn with a fixed seed (``data_seed``), independent of the training seed, so
+every cell of a sweep (every head, trial and seed) selects on the same examples:
+
+- with a training subset (``data.train_size``), the subset is drawn first exactly as
+  without a selection slice (:func:`bench.data.sequence_datamodule.subset`), and the slice
+  comes from the examples left over (at most ``size``: RTE with 2,000 training examples
+  keeps its other 490);
+- with the whole training split, the slice is drawn first and the rest trains.
+
+Classification slices are stratified by label (each class keeps its share, largest
+remainders first), regression slices by quantile bins of the score, token-task slices
+(sentences) are a plain random draw. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bench.errors import ConfigError
+
+#: The evaluation split name of the selection slice.
+SELECTION_SPLIT = "select"
+#: Selection modes: ``heldout`` (the slice above) and ``dev`` (the old behaviour: the epoch is
+#: chosen on the reporting split itself, whose score is then optimistic; always marked).
+MODES = ("heldout", "dev")
+#: Quantile bins that stratify a regression slice (STS-B scores 0..5).
+REGRESSION_BINS = 5
+#: The smallest slice worth selecting on.
+MIN_SIZE = 20
+
+
+def _strata(labels: Sequence[Any], stratify: str | None) -> np.ndarray:
+    """One stratum id per example: its class, its score's quantile bin, or all one."""
+    n = len(labels)
+    if stratify == "class":
+        _, ids = np.unique(np.asarray(labels), return_inverse=True)
+        return np.asarray(ids).reshape(-1)
+    if stratify == "bins":
+        values = np.asarray(labels, dtype=float)
+        edges = np.quantile(values, np.linspace(0, 1, REGRESSION_BINS + 1)[1:-1])
+        return np.searchsorted(edges, values, side="right")
+    return np.zeros(n, dtype=int)
+
+
+def stratified_draw(
+    candidates: np.ndarray, strata: np.ndarray, size: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Draw ``size`` of ``candidates`` keeping each stratum's share (largest remainders).
+
+    Args:
+        candidates: Example indices to draw from.
+        strata: Stratum id of every example (indexed by example index).
+        size: How many to draw (at most ``len(candidates)``).
+        rng: The random generator (a fixed seed).
+
+    Returns:
+        The drawn indices, sorted.
+    """
+    groups = strata[candidates]
+    kinds, counts = np.unique(groups, return_counts=True)
+    quota = counts * size / len(candidates)
+    take = np.floor(quota).astype(int)
+    short = size - int(take.sum())
+    order = np.lexsort((kinds, -(quota - take)))  # largest remainder first, then stratum id
+    take[order[:short]] += 1
+    drawn = [
+        rng.permutation(candidates[groups == kind])[:n]
+        for kind, n in zip(kinds, take, strict=True)
+        if n
+    ]
+    return np.sort(np.concatenate(drawn)) if drawn else np.zeros(0, dtype=int)
+
+
+def carve_selection(
+    labels: Sequence[Any],
+    train: np.ndarray | None,
+    size: int,
+    seed: int,
+    stratify: str | None,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split a training split's examples into training examples and a selection slice.
+
+    Args:
+        labels: Every example's label (class id, score, or anything for token tasks).
+        train: The training subset's indices when ``data.train_size`` drew one, else None.
+        size: The slice's size; fewer when a training subset leaves fewer examples.
+        seed: The data seed.
+        stratify: ``"class"``, ``"bins"`` (regression) or None.
+        where: The split, for messages (``"rte train"``).
+
+    Returns:
+        ``(train indices, selection indices)``, both sorted and disjoint.
+
+    Raises:
+        ConfigError: When the slice would be smaller than :data:`MIN_SIZE`.
+    """
+    n = len(labels)
+    if isinstance(size, bool) or not isinstance(size, int) or size < MIN_SIZE:
+        raise ConfigError(f"selection.size={size!r}: must be an integer >= {MIN_SIZE}")
+    strata = _strata(labels, stratify)
+    # A generator of its own (seed, 1): never the stream that drew the training subset.
+    rng = np.random.default_rng([seed, 1])
+    everything = np.arange(n)
+    if train is None:
+        if n - size < MIN_SIZE:
+            raise ConfigError(
+                f"selection.size={size} leaves {max(n - size, 0)} of {where}'s {n} examples "
+                f"to train on (at least {MIN_SIZE} needed); lower selection.size or use "
+                f"selection=dev"
+            )
+        select = stratified_draw(everything, strata, size, rng)
+        return np.setdiff1d(everything, select), select
+    rest = np.setdiff1d(everything, train)
+    if len(rest) < MIN_SIZE:
+        raise ConfigError(
+            f"selection=heldout needs at least {MIN_SIZE} of {where}'s {n} examples outside "
+            f"the training subset, but data.train_size={len(train)} leaves {len(rest)}; lower "
+            f"data.train_size or use selection=dev"
+        )
+    return np.sort(train), stratified_draw(rest, strata, min(size, len(rest)), rng)

@@ -1,0 +1,287 @@
+"""An equal tuning budget for every head: search trials, then the cell's own seed.
+
+A head that merely prefers another learning rate must not "lose" (DESIGN.md, "Evaluation
+protocol"). With ``search=random`` a cell is trained in two stages:
+
+1. **Trials.** ``search.trials`` configurations are drawn once, without replacement, from
+   the grid declared for the cell's freezing family (``search.space.frozen`` when only the
+   head trains, ``search.space.finetune`` otherwise), by a fixed-seed permutation: the draw
+   depends on the space, the seed and the budget only, so every head of a comparison gets
+   the same configurations, and a larger budget keeps the first ones. Each trial trains once
+   (training seed ``search.seed``) and is scored on the selection slice only, never on a
+   reporting split. Trials are shared by the cell's seeds and stored beside them:
+   ``<task>/<encoder>/<head>/<freeze>/trials/trial=<k>/trial.json``; a finished trial is
+   never trained again, and two processes share the work (a trial another process holds is
+   left to it and waited for at the end).
+2. **Selection and the seed.** The trial with the best selection-slice score (ties: the
+   lower number) wins; its configuration trains the cell's own ``seed``, whose result names
+   the selected trial and lists every trial's score (``result["search"]``).
+
+Torch-free except through :func:`bench.run.train.run`, which it calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock, Timeout
+from omegaconf import DictConfig, OmegaConf
+
+from bench.cell import config_hash
+from bench.data.tasks import get_task
+from bench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The file a trial writes in its directory (not ``result.json``: trials are not cells).
+TRIAL_FILE = "trial.json"
+#: The folder beside a setting's ``seed=<n>`` directories that holds its trials.
+TRIALS_DIR = "trials"
+#: Search families by freezing strategy: only ``frozen`` never trains the encoder.
+FAMILIES = ("frozen", "finetune")
+#: Space keys that are not ``optim`` keys: ``head_lr_ratio`` sets ``head_lr`` from ``encoder_lr``.
+DERIVED_KEYS = ("head_lr_ratio",)
+#: Samplers: ``random_grid`` draws a fixed-seed permutation of the grid (the only one yet).
+SAMPLERS = ("random_grid",)
+_LOCK = ".running.lock"
+#: Trial statuses that are final: a diverged trial is a real outcome of its configuration.
+_FINAL = ("ok", "diverged")
+
+#: Trains one configuration: ``runner(cfg, run_dir, **kwargs) -> result``.
+Runner = Callable[..., dict[str, Any]]
+
+
+def enabled(cfg: DictConfig) -> bool:
+    """Whether the cell runs a search (``search.trials`` > 0)."""
+    return int(OmegaConf.select(cfg, "search.trials", default=0) or 0) > 0
+
+
+def family(freeze_name: str) -> str:
+    """The search family of a freezing strategy: ``frozen`` or ``finetune``."""
+    return "frozen" if freeze_name == "frozen" else "finetune"
+
+
+def space_of(cfg: DictConfig) -> dict[str, list[Any]]:
+    """The cell's declared search space (``search.space.<family>``), validated.
+
+    Raises:
+        ConfigError: For a missing family, an empty value list or an unknown key.
+    """
+    name = family(str(cfg.freeze.name))
+    node = OmegaConf.select(cfg, f"search.space.{name}", default=None)
+    if node is None:
+        raise ConfigError(f"search.space.{name}: missing; the search needs a space per family")
+    space = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(space, dict)
+    optim_keys = set(cfg.optim.keys())
+    for raw_key, values in space.items():
+        key = str(raw_key)
+        if key not in optim_keys and key not in DERIVED_KEYS:
+            valid = ", ".join(sorted(optim_keys | set(DERIVED_KEYS)))
+            raise ConfigError(f"search.space.{name}.{key}: not an optim key; valid: {valid}")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"search.space.{name}.{key}={values!r}: give a non-empty list")
+    return {str(k): list(v) for k, v in space.items()}
+
+
+def draw_trials(space: dict[str, list[Any]], trials: int, seed: int) -> list[dict[str, Any]]:
+    """The first ``trials`` configurations of a fixed-seed permutation of the grid.
+
+    Args:
+        space: Values per key; the grid is their product in the declared order.
+        trials: The budget.
+        seed: The draw's seed.
+
+    Returns:
+        One dict of values per trial (trial ``k`` is entry ``k - 1``).
+
+    Raises:
+        ConfigError: When the budget exceeds the grid.
+    """
+    keys = list(space)
+    grid = [dict(zip(keys, values, strict=True)) for values in itertools.product(*space.values())]
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= len(grid):
+        raise ConfigError(
+            f"search.trials={trials!r}: must be an integer from 1 to {len(grid)} (the size of "
+            f"the grid {' × '.join(f'{k}({len(v)})' for k, v in space.items())})"
+        )
+    order = np.random.default_rng(seed).permutation(len(grid))
+    return [grid[i] for i in order[:trials]]
+
+
+def apply_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
+    """A copy of ``cfg`` whose ``optim`` takes a trial's values.
+
+    ``head_lr_ratio`` sets ``optim.head_lr`` to that multiple of ``encoder_lr`` (the
+    trial's own, else the config's).
+    """
+    out = cfg.copy()
+    optim = {k: v for k, v in values.items() if k not in DERIVED_KEYS}
+    if "head_lr_ratio" in values:
+        encoder_lr = float(values.get("encoder_lr", cfg.optim.encoder_lr))
+        optim["head_lr"] = float(values["head_lr_ratio"]) * encoder_lr
+    with_values = OmegaConf.merge(out.optim, optim)
+    OmegaConf.update(out, "optim", with_values, merge=False)
+    return out
+
+
+def trial_config(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
+    """The config a trial trains: the trial's values, the search seed, no search of its own."""
+    out = apply_values(cfg, values)
+    OmegaConf.update(out, "seed", int(cfg.search.seed), merge=False)
+    OmegaConf.update(out, "search", {"name": "none", "trials": 0}, merge=False)
+    return out
+
+
+def trials_dir(run_dir: str | Path) -> Path:
+    """Where the trials of a cell's setting live: beside its ``seed=<n>`` directories."""
+    return Path(run_dir).parent / TRIALS_DIR
+
+
+def read_trial(path: Path, expected_hash: str) -> dict[str, Any] | None:
+    """A finished trial's record, or None when there is none for this configuration.
+
+    A record of another configuration (the space or the data changed) is kept as
+    ``trial-<hash12>.json`` beside it, never deleted, and the trial is trained again.
+    """
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        path.replace(path.with_name(f"trial-unreadable-{path.stat().st_mtime_ns}.json"))
+        return None
+    if record.get("config_hash") != expected_hash:
+        old = str(record.get("config_hash") or "unknown")[:12]
+        path.replace(path.with_name(f"trial-{old}.json"))
+        return None
+    if record.get("status") in _FINAL or not record.get("retryable", False):
+        return record
+    return None  # an environmental failure (disk, memory): tried again
+
+
+def _run_trial(
+    cfg: DictConfig, folder: Path, k: int, values: dict[str, Any], runner: Runner, wait: bool
+) -> dict[str, Any] | None:
+    """Read or train trial ``k`` in ``folder`` under its lock; None when another holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / _LOCK), timeout=-1 if wait else 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    try:
+        tcfg = trial_config(cfg, values)
+        record = read_trial(folder / TRIAL_FILE, config_hash(tcfg))
+        if record is None:
+            log.info("search trial %d: %s", k, values)
+            record = runner(
+                tcfg,
+                folder,
+                result_file=TRIAL_FILE,
+                report=False,
+                extra={"kind": "trial", "trial": k, "trial_config": values},
+            )
+        return record
+    finally:
+        lock.release()
+
+
+def run_trials(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> list[dict[str, Any]]:
+    """Read or train every trial of the cell's setting; trials others hold are waited for.
+
+    Args:
+        cfg: The cell's config (with ``search``).
+        run_dir: The cell's run directory (its trials live beside it).
+        runner: Trains one configuration (:func:`bench.run.train.run`).
+
+    Returns:
+        One record per trial, in trial order.
+    """
+    draws = draw_trials(space_of(cfg), int(cfg.search.trials), int(cfg.search.seed))
+    root = trials_dir(run_dir)
+    records: dict[int, dict[str, Any]] = {}
+    for wait in (False, True):  # first the free trials, then those other processes hold
+        for k, values in enumerate(draws, start=1):
+            if k not in records:
+                record = _run_trial(cfg, root / f"trial={k}", k, values, runner, wait)
+                if record is not None:
+                    records[k] = record
+    return [records[k] for k in sorted(records)]
+
+
+def selection_score(record: dict[str, Any], metric: str) -> float:
+    """A trial's selection-slice score of ``metric``; -inf when it has none (failed)."""
+    if record.get("status") != "ok":
+        return -math.inf
+    value = ((record.get("selection") or {}).get("metrics") or {}).get(metric)
+    return -math.inf if value is None or not math.isfinite(value) else float(value)
+
+
+def select_trial(records: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The trial with the best selection score (ties: the lowest number); None if all failed."""
+    scored = [(selection_score(r, metric), -int(r["trial"]), r) for r in records]
+    best = max(scored, key=lambda s: (s[0], s[1]), default=None)
+    if best is None or best[0] == -math.inf:
+        return None
+    return best[2]
+
+
+def search_record(
+    cfg: DictConfig, records: list[dict[str, Any]], chosen: dict[str, Any]
+) -> dict[str, Any]:
+    """What the cell's result says about its search."""
+    metric = get_task(str(cfg.task.name)).main_metric
+    return {
+        "name": str(cfg.search.name),
+        "sampler": str(cfg.search.get("sampler", "random_grid")),
+        "trials": int(cfg.search.trials),
+        "seed": int(cfg.search.seed),
+        "family": family(str(cfg.freeze.name)),
+        "metric": metric,
+        "selected": int(chosen["trial"]),
+        "selected_config": chosen["trial_config"],
+        "scores": {str(r["trial"]): selection_score(r, metric) for r in records},
+        "statuses": {str(r["trial"]): r.get("status") for r in records},
+        "train_time_s": sum(float(r.get("wall_time_s") or 0.0) for r in records),
+    }
+
+
+def run_with_search(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> dict[str, Any]:
+    """Train a cell: directly, or after its search when ``search.trials`` > 0.
+
+    Args:
+        cfg: The cell's composed config.
+        run_dir: The cell's run directory.
+        runner: :func:`bench.run.train.run` (its keyword arguments ``result_file``,
+            ``report``, ``extra``, ``cell_hash``, ``failure``).
+
+    Returns:
+        The cell's result as written.
+    """
+    if not enabled(cfg):
+        return runner(cfg, run_dir)
+    try:
+        records = run_trials(cfg, run_dir, runner)
+    except ConfigError as err:
+        return runner(cfg, run_dir, failure=str(err))
+    metric = get_task(str(cfg.task.name)).main_metric
+    chosen = select_trial(records, metric)
+    if chosen is None:
+        reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
+        return runner(cfg, run_dir, failure=f"every search trial failed ({reasons})")
+    return runner(
+        apply_values(cfg, chosen["trial_config"]),
+        run_dir,
+        extra={"search": search_record(cfg, records, chosen)},
+        cell_hash=config_hash(cfg),
+    )
