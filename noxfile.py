@@ -60,15 +60,15 @@ def tests(session: nox.Session) -> None:
 
 
 # The reference experiments (README "Findings"): results/<name>/ and reports/<name>.html.
-REFERENCE_EXPERIMENTS = ("cpu_heads", "cpu_table7", "layers_sst2", "cpu_stability")
+REFERENCE_EXPERIMENTS = ("fair_heads", "fair_table7")
 
 
 @nox.session
 def reproduce(session: nox.Session) -> None:
-    """Re-run one reference experiment (resumes), then its tables and its report.
+    """Re-run one reference experiment (resumes), then its tables, README and report.
 
-    ``nox -s reproduce -- cpu_heads`` (or cpu_table7, layers_sst2, cpu_stability).
-    Extra arguments after the name are passed to the sweep as overrides.
+    ``nox -s reproduce -- fair_heads`` (or fair_table7). Extra arguments after the name
+    are passed to the sweep as overrides.
     """
     if not session.posargs or session.posargs[0] not in REFERENCE_EXPERIMENTS:
         session.error(
@@ -77,10 +77,11 @@ def reproduce(session: nox.Session) -> None:
     name, *overrides = session.posargs
     _install(session)
     env = {**_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    session.run("python", "-m", "bench", f"experiment={name}", *overrides, env=env)
+    session.run("python", "-m", "bench", "-m", f"experiment={name}", *overrides, env=env)
     session.run(
         "python", "-m", "bench.results.tables", f"results/{name}", "--style", "all", env=env
     )
+    session.run("python", "-m", "bench.report.readme", f"results/{name}", env=env)
     session.run(
         "python", "-m", "bench.report", f"results/{name}", "-o", f"reports/{name}.html", env=env
     )

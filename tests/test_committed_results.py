@@ -25,14 +25,7 @@ from bench.run.plan import hydra_context, plan
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 COMMITTED = sorted(p.parent.name for p in RESULTS.glob("*/cells.json"))
 #: Experiments whose committed cells were run with overrides (the command in their README).
-OVERRIDES = {
-    "bert_table7": [
-        "encoder=minilm",
-        "data.train_size=2000",
-        "trainer.max_epochs=1",
-        "hydra.sweeper.params.seed=1",
-    ],
-}
+OVERRIDES: dict[str, list[str]] = {}
 
 
 def _cells(name: str) -> list[dict]:
@@ -40,7 +33,7 @@ def _cells(name: str) -> list[dict]:
 
 
 def test_there_are_committed_results():
-    assert {"quick", "cpu_heads", "cpu_table7", "layers_sst2"} <= set(COMMITTED)
+    assert {"quick", "fair_heads"} <= set(COMMITTED)
 
 
 @pytest.mark.parametrize("name", COMMITTED)
@@ -51,7 +44,9 @@ def test_stored_configs_still_hash_to_their_stored_hash(name):
 
 
 #: Presets of more than 50 cells compose for a minute or more: run with -m slow.
-LARGE = {"cpu_heads", "cpu_stability", "layers_sst2"}
+LARGE = {"fair_heads", "fair_table7"}
+#: Experiments resumed across sessions, committed as far as they got (their README says so).
+IN_PROGRESS = {"fair_heads"}
 
 
 @pytest.mark.parametrize(
@@ -66,4 +61,8 @@ def test_composing_the_preset_gives_the_committed_cells(name):
             cfg = compose("config", overrides=list(job.overrides))
             composed[cell_path(cfg)] = config_hash(cfg)
     stored = {cell_path(OmegaConf.create(c["config"])): c["config_hash"] for c in _cells(name)}
-    assert composed == stored
+    # Every committed cell is planned today, with its stored hash (resume skips it) ...
+    assert {path: composed.get(path) for path in stored} == stored
+    # ... and a finished experiment is the whole preset.
+    if name not in IN_PROGRESS:
+        assert composed == stored

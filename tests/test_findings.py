@@ -1,55 +1,94 @@
-"""The README's Findings block is generated from the committed results, and is current."""
+"""The README's Findings block and every results README are generated from the committed
+results, are current, and say what an independent computation says."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import wilcoxon
+import pytest
+from scipy.stats import ttest_rel
 
-from bench.results.findings import END, START, main, replace_block, summary
+from bench.report import findings, readme
+from bench.report.findings import END, START, main, replace_block, summary
 from conftest import ROOT
 
 README = ROOT / "README.md"
 RESULTS = ROOT / "results"
+COMMITTED = sorted(p.parent for p in RESULTS.glob("*/results.csv"))
 
 
 def test_the_readme_block_is_what_the_committed_results_give():
-    text = README.read_text()
+    text = README.read_text(encoding="utf-8")
     block = text.split(START + "\n", 1)[1].split(END, 1)[0]
     assert block == summary(RESULTS)
 
 
-def test_the_significant_difference_matches_an_independent_computation():
-    """Recompute the RTE fine-tuned BiLSTM - linear margin and p from results.csv alone."""
-    table = pd.read_csv(RESULTS / "cpu_stability" / "results.csv")
-    rows = table[
-        (table.task == "rte")
-        & (table.split == "dev")
-        & (table.metric == "accuracy")
-        & (table.freeze_label == "full")
-        & (table.status == "ok")
-    ]
-    pivot = rows.pivot_table(index="seed", columns="head_label", values="value")
-    diff = (pivot["bilstm"] - pivot["linear"]).to_numpy()
-    p = wilcoxon(diff, alternative="two-sided", method="exact").pvalue
-    text = summary(RESULTS)
-    assert f"= {100 * np.mean(diff):+.1f} points" in text
-    assert f"p = {p:.4f}" in text
+@pytest.mark.parametrize("source", COMMITTED, ids=lambda p: p.name)
+def test_every_results_readme_is_generated_and_current(source):
+    assert (source / "README.md").read_text(encoding="utf-8") == readme.experiment_readme(source)
 
 
-def test_the_best_head_count_matches_a_direct_count():
-    table = pd.read_csv(RESULTS / "cpu_heads" / "results.csv")
-    main_rows = table[(table.split == "dev") & (table.metric == table.main_metric)]
-    means = main_rows.groupby(["task", "freeze_label", "head_label"])["value"].mean()
-    winners = means.groupby(level=["task", "freeze_label"]).idxmax().map(lambda k: k[2])
-    head, count = winners.value_counts().index[0], winners.value_counts().iloc[0]
-    assert f"`{head}` has the best mean in {count} of {len(winners)}" in summary(RESULTS)
+def _holm(pvalues: np.ndarray) -> np.ndarray:
+    order = np.argsort(pvalues)
+    out, running = np.empty_like(pvalues), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
+    """Winner per setting and the significant-win count, from results.csv alone."""
+    main = table[(table.split == "dev") & (table.metric == table.main_metric)]
+    main = main[main.status == "ok"]
+    winners, pvalues, runner_index = {}, [], {}
+    for (task, freeze), rows in main.groupby(["task", "freeze_label"]):
+        wide = rows.pivot_table(index="seed", columns="head_label", values="value")
+        means = wide.mean().sort_values(ascending=False, kind="stable")
+        ranked = sorted(means.index, key=lambda h: (-round(means[h], 12), h))
+        winner = ranked[0]
+        winners[(task, freeze)] = (winner, means[winner])
+        for other in ranked[1:]:
+            pair = wide[[winner, other]].dropna()
+            d = np.round(pair[winner] - pair[other], 12)
+            if len(pair) < 2 or np.all(d == d.iloc[0]):
+                continue  # no test (bench says why)
+            if other == ranked[1]:
+                runner_index[(task, freeze)] = len(pvalues)
+            pvalues.append(ttest_rel(pair[winner], pair[other]).pvalue)
+    holm = _holm(np.asarray(pvalues))
+    significant = sum(1 for i in runner_index.values() if holm[i] < 0.05)
+    return winners, significant, len(pvalues)
+
+
+@pytest.mark.skipif(not (RESULTS / "fair_heads" / "results.csv").is_file(), reason="not run")
+def test_the_fair_heads_finding_matches_an_independent_computation():
+    table = pd.read_csv(RESULTS / "fair_heads" / "results.csv")
+    winners, significant, n_shown = _verdicts(table)
+    text = findings.experiment_finding(RESULTS / "fair_heads")
+    for (task, _freeze), (winner, mean) in winners.items():
+        title = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B"}
+        assert f"{title[task]} `{winner}` {100 * mean:.1f}" in text
+    assert f"runner-up in {significant} of {len(winners)} settings" in text
+    assert f"Holm over all {n_shown} headline comparisons" in text
 
 
 def test_check_fails_on_a_stale_block_and_write_repairs_it(tmp_path):
     copy = tmp_path / "README.md"
-    copy.write_text(replace_block(README.read_text(), "- an old number: 42.0\n"))
+    copy.write_text(replace_block(README.read_text(encoding="utf-8"), "- an old number: 42.0\n"))
     assert main(["--check", str(copy), "--results", str(RESULTS)]) == 1
     assert main(["--write", str(copy), "--results", str(RESULTS)]) == 0
     assert main(["--check", str(copy), "--results", str(RESULTS)]) == 0
-    assert copy.read_text() == README.read_text()
+    assert copy.read_text() == README.read_text(encoding="utf-8")
+
+
+def test_a_results_readme_check_fails_when_stale_and_write_repairs_it(tmp_path):
+    source = tmp_path / "quick"
+    source.mkdir()
+    for path in (RESULTS / "quick").iterdir():
+        if path.is_file() and path.name != "README.md":
+            (source / path.name).write_bytes(path.read_bytes())
+    (source / "README.md").write_text("# quick\n\nbilstm 99.9\n", encoding="utf-8")
+    assert readme.main([str(source), "--check"]) == 1
+    assert readme.main([str(source)]) == 0
+    assert readme.main([str(source), "--check"]) == 0

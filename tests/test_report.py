@@ -14,7 +14,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 from bs4 import BeautifulSoup
-from scipy.stats import wilcoxon
+from scipy.stats import ttest_rel
 
 from bench.cell import RESULT_SCHEMA
 from bench.report import build_report
@@ -173,28 +173,63 @@ def test_the_page_is_self_contained_and_written_atomically(report):
     assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by others, like any report
 
 
+def _holm(pvalues):
+    """Holm (1979) step-down adjustment, written out independently of bench."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p)
+    adjusted = np.empty_like(p)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def test_headline_numbers_match_an_independent_computation(report):
     _, soup = report
-    header, rows = _table_with(_section(soup, "headline"), "Winner", "Runner-up", "p (Holm)")
+    section = _section(soup, "headline")
+    header, rows = _table_with(section, "Winner", "Runner-up", "p (Holm)")
     by_setting = {(r[0], r[2]): dict(zip(header, r, strict=True)) for r in rows}
     frozen = by_setting[("SST-2", "frozen")]
     bilstm, linear = SST2[("bilstm", "frozen")], SST2[("linear", "frozen")]
     diffs = np.subtract(bilstm, linear)
-    p = wilcoxon(diffs).pvalue  # 3 positive pairs: exact two-sided p = 0.25
+    test = ttest_rel(bilstm, linear)
+    # The headline shows each winner against every other head; the comparisons with a
+    # p-value are corrected together: SST-2 frozen (bilstm vs linear, vs EVIL), SST-2 full
+    # (bilstm vs linear; vs EVIL has one pair: no test), CoNLL frozen (constant
+    # differences: no test).
+    shown = [
+        ttest_rel(bilstm, linear).pvalue,
+        ttest_rel(bilstm, SST2[(EVIL, "frozen")]).pvalue,
+        ttest_rel(SST2[("bilstm", "full")], SST2[("linear", "full")]).pvalue,
+    ]
+    holm = _holm(shown)
     assert frozen["Winner"] == "bilstm" and frozen["Runner-up"] == "linear"
     assert frozen["Winner mean"] == f"{100 * np.mean(bilstm):.1f}"
     assert frozen["Margin"] == f"{100 * diffs.mean():.1f}"
-    assert frozen["p"] == f"{p:.2g}"
-    # Holm over the 3 head pairs of sst2/frozen, each p = 0.25: min(1, 3 × 0.25)
-    assert frozen["p (Holm)"] == f"{min(1.0, 3 * p):.2g}" and frozen["Significant"] == "no"
+    low, high = test.confidence_interval(0.95)
+    assert frozen["Margin 95% t-interval"] == f"{100 * low:.1f} to {100 * high:.1f}"
+    assert frozen["p"] == f"{test.pvalue:.2g}"
+    assert frozen["p (Holm)"] == f"{holm[0]:.2g}"
+    assert frozen["Significant"] == ("yes" if holm[0] < 0.05 else "no")
     full = by_setting[("SST-2", "full")]
     assert (full["Winner"], full["Runner-up"], full["Margin"]) == ("bilstm", "linear", "2.0")
+    assert full["p (Holm)"] == f"{holm[2]:.2g}"
+    assert full["Winner failed"] == "0/3"
     conll = by_setting[("CoNLL-2003", "frozen")]
     assert conll["Winner"] == "bilstm-concat_last4" and conll["Winner mean"] == "87.0"
-    sentences = [li.get_text() for li in _section(soup, "headline").find_all("li")]
+    assert conll["p"] == "–"  # constant differences: no test
+    header, rows = _table_with(section, "Other head", "p (Holm, all)")
+    assert len(rows) == 5  # 2 + 2 + 1 comparisons, 3 of them with a p-value
+    sentences = [li.get_text() for li in section.find_all("li")]
     assert any(
-        s.startswith("SST-2, frozen: bilstm beats linear by 11.0 acc points") for s in sentences
+        s.startswith("SST-2, frozen: bilstm scores 83.0 acc") and "beats linear by 11.0 points" in s
+        for s in sentences
     )
+    # No search and selection on dev in these results: the budget box says both.
+    warnings = " ".join(p.get_text() for p in section.select("p.warning"))
+    assert "Selected on dev" in warnings
+    assert any("no tuning" in li.get_text() for li in section.find_all("li"))
 
 
 def test_seed_spread_counts_failed_runs_per_cell(report):

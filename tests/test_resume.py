@@ -353,3 +353,17 @@ def test_a_cell_another_process_is_training_is_skipped_not_trained_twice(tmp_pat
     assert running_elsewhere(run_dir) is None  # the OS released the dead holder's lock
     with cell_lock(run_dir) as mine:
         assert mine is True
+
+
+def test_fair_heads_is_the_promised_grid(tmp_path):
+    cells = plan(CONF, ["experiment=fair_heads", f"runs_dir={tmp_path}"], multirun=False)
+    parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]
+    assert len(parts) == 300 == len(set(parts))
+    heads = {"linear", "pooler-random", "last4_concat", "bilstm", "mean_linear"}
+    frozen = {p for p in parts if p[3] == "frozen"}
+    full = {p for p in parts if p[3] == "full"}
+    assert {p[0] for p in frozen} == {"sst2", "mrpc", "rte", "cola", "stsb"}
+    assert {p[0] for p in full} == {"sst2", "rte"}
+    assert {p[2] for p in parts} == heads and {p[1] for p in parts} == {"minilm"}
+    assert {p[4] for p in frozen} == {f"seed={s}" for s in range(1, 11)}
+    assert {p[4] for p in full} == {f"seed={s}" for s in range(1, 6)}

@@ -77,7 +77,7 @@ def _frame_legend(fig: Figure, palette: Palette, frame: pd.DataFrame) -> None:
 
 
 def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Winner's margin over the runner-up with its 95% CI, one row per setting.
+    """Winner's margin over the runner-up with its 95% interval, one row per setting.
 
     Args:
         headlines: Columns task, encoder, freeze_label, winner, runner_up, margin,
@@ -116,8 +116,8 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     ax.axvline(0, color="#444", lw=0.8)
     ax.set_xlabel("margin over the runner-up (main metric, points ×100)")
     fig.suptitle(
-        f"Best head's margin, dev, paired over seeds ({seeds_text(rows['n_pairs'])})\n"
-        "filled = significant after Holm correction; hollow = not"
+        f"Best head's margin, paired over seeds ({seeds_text(rows['n_pairs'])}), 95% t-interval\n"
+        "filled = significant after Holm's correction over all headline comparisons; hollow = not"
     )
     ax.grid(axis="y", visible=False)
     _head_legend(fig, palette, ordered(rows["winner"], palette.heads))
@@ -261,6 +261,47 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     return fig
 
 
+def _evp_panels(
+    evp: pd.DataFrame,
+    palette: Palette,
+    multi_encoder: bool,
+    x: str,
+    xlabel: str,
+    ylabel: str,
+) -> Figure:
+    """Expected-maximum curves (``x`` against ``expected_max`` ± std), one panel per task."""
+    panels = _panels(evp)
+    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
+    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+        for freeze in ordered_freezes(group["freeze_label"]):
+            for head in palette.heads:
+                rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
+                if len(rows) < 2:
+                    continue
+                rows = rows.sort_values(x)
+                n = rows[x].to_numpy()
+                mean = 100 * rows["expected_max"].to_numpy(dtype=float)
+                std = 100 * rows["expected_max_std"].to_numpy(dtype=float)
+                colour = palette.colour(head)
+                ax.fill_between(n, mean - std, mean + std, color=colour, alpha=0.12, lw=0)
+                ax.plot(
+                    n,
+                    mean,
+                    color=colour,
+                    marker=palette.marker(freeze),
+                    ms=4,
+                    lw=1.2,
+                    ls="-" if freeze == "full" else "--",
+                )
+        metric = group["metric"].iloc[0] if "metric" in group else group["selection_metric"].iloc[0]
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{ylabel} {metric_title(metric)}")
+        ax.set_title(panel_title(task, encoder, multi_encoder))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    _frame_legend(fig, palette, evp)
+    return fig
+
+
 def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
     """Expected best dev score after n seeds, per head and freezing strategy (Dodge et al.).
 
@@ -274,38 +315,36 @@ def evp_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figu
     """
     if evp.empty or evp["n_seeds"].max() < 2:
         return None
-    panels = _panels(evp)
-    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
-    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
-        for freeze in ordered_freezes(group["freeze_label"]):
-            for head in palette.heads:
-                rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
-                if len(rows) < 2:
-                    continue
-                rows = rows.sort_values("n_seeds")
-                n = rows["n_seeds"].to_numpy()
-                mean = 100 * rows["expected_max"].to_numpy()
-                std = 100 * rows["expected_max_std"].to_numpy()
-                colour = palette.colour(head)
-                ax.fill_between(n, mean - std, mean + std, color=colour, alpha=0.12, lw=0)
-                ax.plot(
-                    n,
-                    mean,
-                    color=colour,
-                    marker=palette.marker(freeze),
-                    ms=4,
-                    lw=1.2,
-                    ls="-" if freeze == "full" else "--",
-                )
-        ax.set_xlabel("seeds tried (n)")
-        ax.set_ylabel(f"expected best dev {metric_title(group['metric'].iloc[0])}")
-        ax.set_title(panel_title(task, encoder, multi_encoder))
-        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig = _evp_panels(
+        evp, palette, multi_encoder, "n_seeds", "seeds tried (n)", "expected best dev"
+    )
     fig.suptitle(
         "Expected validation performance: the expected best dev score among n seeds "
         "(lines) ± its standard deviation (bands)"
     )
-    _frame_legend(fig, palette, evp)
+    return fig
+
+
+def evp_trial_curves(evp: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Expected best selection score after n search trials, per head (Dodge et al. 2019).
+
+    Args:
+        evp: :func:`bench.results.stats.evp_from_trials` output.
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None when no head ran two trials or more.
+    """
+    if evp.empty or evp["n_trials"].max() < 2:
+        return None
+    fig = _evp_panels(
+        evp, palette, multi_encoder, "n_trials", "trials tried (n)", "expected best selection"
+    )
+    fig.suptitle(
+        "Expected performance against the tuning budget: the expected best selection-slice "
+        "score among n trials (lines) ± its standard deviation (bands)"
+    )
     return fig
 
 

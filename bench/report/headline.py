@@ -1,4 +1,13 @@
-"""Section 1: which head wins each task × encoder × freezing setting, by how much, how sure."""
+"""Section 1: the verdict under equal budget.
+
+Per task × encoder × freezing strategy: the winning head (best mean main metric on the
+reporting split), its margin over every other head paired by seed with a Student-t
+interval, the paired t-test Holm-corrected over *every* comparison the headline shows
+(winner vs each other head, all settings together), the significance tier, the runs
+that failed against the best constant prediction, and, above all that, the budget every
+head had, in words (:mod:`bench.report.budget`). Expected validation performance against
+the number of trials follows when the sweep ran a search.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 import bench.report.figures as figures
+from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
 from bench.report.context import ALPHA, ReportContext, points, pvalue, short_metric
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
+from bench.results import stats
 
 SETTING = ["task", "encoder", "freeze_label"]
 HEADLINE_COLUMNS = [
@@ -17,6 +28,10 @@ HEADLINE_COLUMNS = [
     "n_heads",
     "winner",
     "winner_mean",
+    "winner_t_low",
+    "winner_t_high",
+    "winner_failed",
+    "winner_runs",
     "runner_up",
     "runner_mean",
     "margin",
@@ -25,40 +40,78 @@ HEADLINE_COLUMNS = [
     "n_pairs",
     "p",
     "p_holm",
-    "p_min",
     "n_comparisons",
+    "tier",
     "significant",
+    "tied",
+    "best_constant",
+    "baseline",
     "reason",
 ]
+#: Points of the expected-validation-performance table (trials tried).
+EVP_TRIALS = (1, 2, 3, 6, 10)
 
 
-def _pair(comparisons: pd.DataFrame, keys: tuple, winner: str, runner: str) -> pd.Series | None:
-    """The comparison row of winner vs runner-up, oriented as winner − runner-up."""
-    mask = np.ones(len(comparisons), dtype=bool)
-    for column, value in zip(SETTING, keys, strict=True):
-        mask &= (comparisons[column] == value).to_numpy()
-    rows = comparisons[mask]
-    hit = rows[(rows["head_a"] == winner) & (rows["head_b"] == runner)]
-    if not hit.empty:
-        return hit.iloc[0]
-    hit = rows[(rows["head_a"] == runner) & (rows["head_b"] == winner)]
-    if hit.empty:
-        return None
-    r = hit.iloc[0].copy()
-    r["diff"], r["ci_low"], r["ci_high"] = -r["diff"], -r["ci_high"], -r["ci_low"]
+def _oriented(row: pd.Series, winner: str) -> pd.Series:
+    """A comparison row turned into ``winner − other`` (intervals flipped when needed)."""
+    if row["head_a"] == winner:
+        return row
+    r = row.copy()
+    r["head_a"], r["head_b"] = row["head_b"], row["head_a"]
+    r["mean_a"], r["mean_b"] = row["mean_b"], row["mean_a"]
+    r["diff"] = -row["diff"]
+    for low, high in (("t_low", "t_high"), ("ci_low", "ci_high")):
+        r[low], r[high] = -row[high], -row[low]
     return r
 
 
-def headline_frame(ctx: ReportContext) -> pd.DataFrame:
-    """One row per setting: the best head by mean main metric and its paired margin.
+def _ranked(group: pd.DataFrame) -> pd.DataFrame:
+    """A setting's heads with a score, best mean first (ties: by name)."""
+    return group[group["n"] > 0].sort_values(["mean", "head_label"], ascending=[False, True])
 
-    The margin is the mean paired difference (winner − runner-up) over the seeds both
-    ran, with its bootstrap CI and the Holm-adjusted Wilcoxon p-value of
-    :func:`bench.results.stats.compare_heads`.
+
+def headline_comparisons(ctx: ReportContext) -> pd.DataFrame:
+    """Winner vs every other head of every setting, Holm-corrected over all of them.
+
+    Returns:
+        :func:`bench.results.stats.compare_heads` rows oriented as winner − other, with
+        ``p_holm_all``, ``n_comparisons_all`` and ``significance`` of
+        :func:`bench.results.stats.holm_all` (empty when no setting has two heads).
     """
     rows = []
     for keys, group in ctx.cells.groupby(SETTING, sort=True):
-        ranked = group[group["n"] > 0].sort_values(["mean", "head_label"], ascending=[False, True])
+        ranked = _ranked(group)
+        if len(ranked) < 2:
+            continue
+        winner = str(ranked.iloc[0]["head_label"])
+        mask = np.ones(len(ctx.comparisons), dtype=bool)
+        for column, value in zip(SETTING, keys, strict=True):
+            mask &= (ctx.comparisons[column] == value).to_numpy()
+        pairs = ctx.comparisons[mask]
+        for _, row in pairs[(pairs["head_a"] == winner) | (pairs["head_b"] == winner)].iterrows():
+            rows.append(_oriented(row, winner))
+    if not rows:
+        return pd.DataFrame()
+    return stats.holm_all(pd.DataFrame(rows).reset_index(drop=True))
+
+
+def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per setting: the winner, its margin over the runner-up, how sure, failures.
+
+    Args:
+        ctx: The report context.
+        shown: :func:`headline_comparisons` (computed when not given).
+
+    Returns:
+        Columns :data:`HEADLINE_COLUMNS`. ``margin``/``ci_low``/``ci_high`` are the mean
+        paired difference over the runner-up and its Student-t interval; ``p`` the paired
+        t-test, ``p_holm`` Holm over all ``n_comparisons`` headline comparisons; ``tied``
+        the heads not significantly below the winner (comma-separated).
+    """
+    shown = headline_comparisons(ctx) if shown is None else shown
+    rows = []
+    for keys, group in ctx.cells.groupby(SETTING, sort=True):
+        ranked = _ranked(group)
         if ranked.empty:
             continue
         best = ranked.iloc[0]
@@ -68,6 +121,10 @@ def headline_frame(ctx: ReportContext) -> pd.DataFrame:
             n_heads=len(ranked),
             winner=best["head_label"],
             winner_mean=best["mean"],
+            winner_t_low=best["t_low"],
+            winner_t_high=best["t_high"],
+            winner_failed=int(best["n_failed"]),
+            winner_runs=int(best["n_runs"]),
             runner_up=None,
             runner_mean=np.nan,
             margin=np.nan,
@@ -76,32 +133,55 @@ def headline_frame(ctx: ReportContext) -> pd.DataFrame:
             n_pairs=0,
             p=np.nan,
             p_holm=np.nan,
-            p_min=np.nan,
             n_comparisons=0,
+            tier="",
             significant=False,
+            tied="",
+            best_constant=best["best_constant"],
+            baseline=best["baseline"],
             reason="only one head",
         )
         if len(ranked) > 1:
             runner = ranked.iloc[1]
             row.update(runner_up=runner["head_label"], runner_mean=runner["mean"])
-            pair = _pair(ctx.comparisons, keys, best["head_label"], runner["head_label"])
-            if pair is None or pair["n_pairs"] == 0:
+            mine = shown
+            for column, value in zip(SETTING, keys, strict=True):
+                mine = mine[mine[column] == value]
+            tied = mine[~(mine["p_holm_all"] < ALPHA)]["head_b"]
+            row["tied"] = ", ".join(str(h) for h in tied)
+            pair = mine[mine["head_b"] == runner["head_label"]]
+            if pair.empty or int(pair.iloc[0]["n_pairs"]) == 0:
                 row["reason"] = "no seed that both heads completed"
             else:
+                r = pair.iloc[0]
                 row.update(
-                    margin=pair["diff"],
-                    ci_low=pair["ci_low"],
-                    ci_high=pair["ci_high"],
-                    n_pairs=int(pair["n_pairs"]),
-                    p=pair["p"],
-                    p_holm=pair["p_holm"],
-                    p_min=pair["p_min"],
-                    n_comparisons=int(pair["n_comparisons"]),
-                    reason=pair["reason"],
+                    margin=r["diff"],
+                    ci_low=r["t_low"],
+                    ci_high=r["t_high"],
+                    n_pairs=int(r["n_pairs"]),
+                    p=r["p"],
+                    p_holm=r["p_holm_all"],
+                    n_comparisons=int(r["n_comparisons_all"]),
+                    tier=r["significance"],
+                    reason=r["reason"] if isinstance(r["reason"], str) else "",
                 )
                 row["significant"] = bool(pd.notna(row["p_holm"]) and row["p_holm"] < ALPHA)
         rows.append(row)
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+
+
+def _interval(low: float, high: float) -> str:
+    return f"{points(low)} to {points(high)}" if pd.notna(low) and pd.notna(high) else "–"
+
+
+def _failures(r: pd.Series) -> str:
+    if not r["winner_failed"]:
+        return ""
+    against = "the best constant" if pd.notna(r["best_constant"]) else "the majority baseline"
+    return (
+        f" {r['winner']} itself failed in {r['winner_failed']} of {r['winner_runs']} runs "
+        f"(crashed, diverged, or at or below {against})."
+    )
 
 
 def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
@@ -109,49 +189,52 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     where = task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else "")
     where += f", {r['freeze_label']}"
     unit = short_metric(r["metric"])
+    interval = _interval(r["winner_t_low"], r["winner_t_high"])
+    mean = f"{points(r['winner_mean'])} {unit} (95% t-interval {interval})"
     if not isinstance(r["runner_up"], str):
-        return f"{where}: {r['winner']} scores {points(r['winner_mean'])} {unit} ({r['reason']})."
+        return f"{where}: {r['winner']} scores {mean}; {r['reason']}." + _failures(r)
     if pd.isna(r["margin"]) or r["n_pairs"] < 2:
         gap = r["winner_mean"] - r["runner_mean"]
         return (
-            f"{where}: {r['winner']} is ahead of {r['runner_up']} by {points(gap)} {unit} points "
-            f"on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too few for a "
-            "CI or a test."
+            f"{where}: {r['winner']} scores {mean}, ahead of {r['runner_up']} by {points(gap)} "
+            f"points on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too "
+            "few for an interval or a test." + _failures(r)
         )
     text = (
-        f"{where}: {r['winner']} beats {r['runner_up']} by {points(r['margin'])} {unit} points "
-        f"(95% CI {points(r['ci_low'])} to {points(r['ci_high'])}, "
-        f"{r['n_pairs']} paired seeds; Holm-adjusted p = {pvalue(r['p_holm'])}"
-        f" over {r['n_comparisons']} head pair{'s' if r['n_comparisons'] != 1 else ''})"
+        f"{where}: {r['winner']} scores {mean} and beats {r['runner_up']} by "
+        f"{points(r['margin'])} "
+        f"points (95% t-interval {_interval(r['ci_low'], r['ci_high'])}, {r['n_pairs']} paired "
+        f"seeds; paired t-test, Holm over all {r['n_comparisons']} headline comparisons: "
+        f"p = {pvalue(r['p_holm'])}"
     )
     if r["significant"]:
-        return text + f": significant at α = {ALPHA}."
-    if pd.notna(r["p_min"]) and r["p_min"] >= ALPHA:
-        floor = pvalue(r["p_min"])
-        return text + f": not significant (the smallest p {r['n_pairs']} seeds allow is {floor})."
-    if r["reason"]:
-        return text + f": no test ({r['reason']})."
-    return text + ": not significant."
+        text += f", {r['tier']})."
+    elif r["reason"]:
+        text += f"; no test: {r['reason']})."
+    else:
+        text += ", not significant)."
+    if r["tied"]:
+        text += f" Not distinguishable from the winner: {r['tied']}."
+    return text + _failures(r)
 
 
-def at_a_glance(frame: pd.DataFrame) -> str:
+def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
     """One sentence: which head wins most settings, and how many wins are significant."""
     wins = frame["winner"].value_counts()
-    n = len(frame)
-    significant = int(frame["significant"].sum())
     ranking = "; ".join(f"{head} {count}" for head, count in wins.items())
-    text = f"At a glance: best head by mean in {n} settings — {ranking}. "
-    if significant:
-        text += f"{significant} of these wins are significant after correction."
-    else:
-        text += "None of the wins is significant after correction"
-        p_min = frame["p_min"].dropna()
-        if not p_min.empty and (p_min >= ALPHA).all():
-            text += (
-                f" (with {int(frame['n_pairs'].max())} seeds the exact test cannot reach "
-                f"p < {ALPHA}: the ranking is a tendency, not evidence)"
-            )
-        text += "."
+    text = f"Best head by mean in {len(frame)} settings: {ranking}. "
+    if shown.empty:
+        return text + "No setting has two heads to compare."
+    significant = int((shown["p_holm_all"] < ALPHA).sum())
+    text += (
+        f"{significant} of the {len(shown)} headline comparisons (each winner against every "
+        f"other head of its setting, paired t-test, Holm over all {len(shown)}) are "
+        f"significant at α = {ALPHA}; "
+    )
+    clear = int(frame["significant"].sum())
+    text += (
+        f"in {clear} of {len(frame)} settings the winner is significantly ahead of the runner-up."
+    )
     return text
 
 
@@ -173,33 +256,81 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
         ["Head", "Settings won", "Won significantly", "Settings it ran in", "Mean margin (points)"],
         rows,
         caption="How often each head is the best (by mean over seeds) in a task × encoder × "
-        "freezing setting.",
+        "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction.",
         numeric=[1, 2, 3, 4],
     )
 
 
-def headline_section(ctx: ReportContext) -> Section:
-    """Build section 1."""
-    frame = headline_frame(ctx)
-    if frame.empty:
-        return Section(
-            "headline", "1. Headline: which head wins?", paragraph("No successful runs.")
-        )
+def budget_parts(ctx: ReportContext) -> list[str]:
+    """The budget box: what every head was allowed, and what breaks the comparison."""
+    cells = ctx.inputs.cells
+    lines = budget_lines(cells)
+    if not lines:
+        return [paragraph("Budget: not recorded (no cells.json beside the results).", "warning")]
     parts = [
-        paragraph(at_a_glance(frame), "lead"),
-        paragraph(
-            "For every task × encoder × freezing setting: the head with the best mean main "
-            "metric on the dev split, its margin over the runner-up (mean of the per-seed "
-            "differences, 95% bootstrap CI), and a two-sided Wilcoxon signed-rank test paired by "
-            f"seed, Holm-corrected over all head pairs of the setting (α = {ALPHA})."
-        ),
-        wins_table(
-            frame,
-            [h for h in ctx.palette.heads if h in set(ctx.cells["head_label"])],
-            ctx.cells[ctx.cells["n"] > 0].groupby("head_label").size().to_dict(),
-        ),
-        bullet_list([headline_sentence(r, ctx.multi_encoder) for _, r in frame.iterrows()]),
+        paragraph("The budget every head had, per freezing strategy:", "budget"),
+        bullet_list(lines),
     ]
+    seconds, trainings = tuning_seconds(cells)
+    if trainings:
+        parts.append(
+            paragraph(
+                f"Tuning cost: {trainings} trial trainings, {seconds / 3600:.2f} h of wall time, "
+                "shared by each setting's seeds.",
+                "note",
+            )
+        )
+    unequal = unequal_settings(cells)
+    if unequal:
+        parts.append(
+            paragraph(
+                "Unequal budgets: in these settings the heads were not tuned alike, so a win "
+                "may be the budget's, not the head's: " + "; ".join(unequal),
+                "warning",
+            )
+        )
+    on_dev = dev_selected(cells)
+    if on_dev:
+        parts.append(
+            paragraph(
+                f"Selected on dev: {on_dev} of {len(cells)} cells chose their epoch on the "
+                "split they report (selection=dev). Their scores are optimistic and favour "
+                "noisy heads; the 'Selection' column marks them.",
+                "warning",
+            )
+        )
+    commits = sorted(
+        {str((c.get("git") or {}).get("commit")) for c in cells if isinstance(c, dict)}
+    )
+    dirty = sum(1 for c in cells if isinstance(c, dict) and (c.get("git") or {}).get("dirty"))
+    if len(commits) > 1 or dirty:
+        parts.append(
+            paragraph(
+                f"Mixed code: these cells ran at {len(commits)} commits "
+                f"({', '.join(c[:10] for c in commits)}), {dirty} from a modified working tree. "
+                "A reference experiment is re-run at one clean commit.",
+                "warning",
+            )
+        )
+    return parts
+
+
+def _selection_of(ctx: ReportContext) -> dict[tuple[str, str, str], str]:
+    """Per setting: the selection mode(s) of its cells (``heldout``, ``dev`` or both)."""
+    found: dict[tuple[str, str, str], set[str]] = {}
+    for c in ctx.inputs.cells:
+        if not isinstance(c, dict):
+            continue
+        cell = c.get("cell") or {}
+        key = (str(cell.get("task")), str(cell.get("encoder")), str(cell.get("freeze_label")))
+        mode = str(((c.get("config") or {}).get("selection") or {}).get("name", "dev"))
+        found.setdefault(key, set()).add(mode)
+    return {k: "+".join(sorted(v)) for k, v in found.items()}
+
+
+def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
+    """The verdict per setting as a table."""
+    selection = _selection_of(ctx)
     rows = [
         [
             task_title(r["task"]),
@@ -208,49 +339,183 @@ def headline_section(ctx: ReportContext) -> Section:
             short_metric(r["metric"]),
             r["winner"],
             points(r["winner_mean"]),
+            _interval(r["winner_t_low"], r["winner_t_high"]),
             r["runner_up"] or "",
             points(r["runner_mean"]),
             points(r["margin"]),
-            f"{points(r['ci_low'])} to {points(r['ci_high'])}" if pd.notna(r["ci_low"]) else "",
+            _interval(r["ci_low"], r["ci_high"]),
             r["n_pairs"],
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
+            r["tier"],
             "yes" if r["significant"] else "no",
+            f"{r['winner_failed']}/{r['winner_runs']}",
+            points(r["best_constant"]),
+            points(r["baseline"]),
+            selection.get((str(r["task"]), str(r["encoder"]), str(r["freeze_label"])), "dev"),
         ]
         for _, r in frame.iterrows()
     ]
+    return table(
+        [
+            "Task",
+            "Encoder",
+            "Freeze",
+            "Metric",
+            "Winner",
+            "Winner mean",
+            "Winner 95% t-interval",
+            "Runner-up",
+            "Runner-up mean",
+            "Margin",
+            "Margin 95% t-interval",
+            "Seeds",
+            "p",
+            "p (Holm)",
+            "Tier",
+            "Significant",
+            "Winner failed",
+            "Best constant",
+            "Majority",
+            "Selection",
+        ],
+        rows,
+        caption="Winner and runner-up per setting (reporting split, ×100). p: paired t-test "
+        "over seeds; p (Holm): corrected over every headline comparison; tier: *** < 0.001, "
+        "** < 0.01, * < 0.05, n.s. otherwise. Winner failed: its runs that crashed, diverged "
+        "or scored at or below the best constant prediction.",
+        numeric=[5, 8, 9, 11, 12, 13, 17, 18],
+        css="headline",
+    )
+
+
+def comparisons_table(shown: pd.DataFrame, multi_encoder: bool) -> str:
+    """Every headline comparison: winner − other head, interval, p, Holm, tier."""
+    rows = [
+        [
+            task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else ""),
+            r["freeze_label"],
+            r["head_a"],
+            r["head_b"],
+            points(r["diff"]),
+            _interval(r["t_low"], r["t_high"]),
+            _interval(r["ci_low"], r["ci_high"])
+            + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
+            int(r["n_pairs"]),
+            pvalue(r["p"]),
+            pvalue(r["p_holm_all"]),
+            r["significance"],
+        ]
+        for _, r in shown.iterrows()
+    ]
+    return table(
+        [
+            "Task",
+            "Freeze",
+            "Winner",
+            "Other head",
+            "Difference",
+            "95% t-interval",
+            "95% bootstrap interval",
+            "Seeds",
+            "p",
+            "p (Holm, all)",
+            "Tier",
+        ],
+        rows,
+        caption=f"All {len(shown)} headline comparisons, corrected together (Holm 1979). "
+        "Difference: mean over seeds of winner − other (×100).",
+        numeric=[4, 7, 8, 9],
+    )
+
+
+def evp_trials_parts(ctx: ReportContext) -> list[str]:
+    """Expected best selection score against the number of trials, per head (Dodge et al.)."""
+    trials = ctx.inputs.trials
+    if trials.empty:
+        return []
+    evp = stats.evp_from_trials(trials)
+    if evp.empty:
+        return []
+    fig = figures.evp_trial_curves(evp, ctx.palette, ctx.multi_encoder)
+    rows = []
+    for keys, group in evp.groupby(stats.GROUP_KEYS, sort=True):
+        task, encoder, head, freeze = keys
+        by_n = group.set_index("n_trials")
+        rows.append(
+            [
+                task_title(task) + (f" ({encoder})" if ctx.multi_encoder else ""),
+                freeze,
+                head,
+                int(by_n["trials"].iloc[0]),
+                int(by_n["failed_trials"].iloc[0]),
+                *[
+                    points(by_n.at[n, "expected_max"]) if n in by_n.index else ""
+                    for n in EVP_TRIALS
+                ],
+            ]
+        )
+    parts = [
+        "<h3>Expected performance against the tuning budget</h3>",
+        paragraph(
+            "What a practitioner who tries n of these configurations and keeps the best should "
+            "expect (Dodge et al. 2019): the expected maximum selection-slice score of n trials "
+            "drawn from each head's trials, exact over their empirical distribution. A head "
+            "that wins only at the full budget needs the tuning; one that wins at n = 1 does not."
+        ),
+    ]
+    if fig is not None:
+        parts.append(
+            figure(
+                svg_data_uri(fig),
+                "Expected best selection score against number of trials, per head",
+                "Lines: expected best of n trials; bands: ± one standard deviation.",
+            )
+        )
     parts.append(
         table(
-            [
-                "Task",
-                "Encoder",
-                "Freeze",
-                "Metric",
-                "Winner",
-                "Winner mean",
-                "Runner-up",
-                "Runner-up mean",
-                "Margin",
-                "95% CI",
-                "Seeds",
-                "p",
-                "p (Holm)",
-                "Significant",
-            ],
+            ["Task", "Freeze", "Head", "Trials", "Failed", *[f"n = {n}" for n in EVP_TRIALS]],
             rows,
-            caption="Winner and runner-up per setting (dev, ×100).",
-            numeric=[5, 7, 8, 9, 10, 11, 12],
-            css="headline",
+            caption="Expected best selection-slice score (×100) after n trials; empty beyond "
+            "the budget.",
+            numeric=[3, 4, 5, 6, 7, 8, 9],
         )
     )
+    return parts
+
+
+def headline_section(ctx: ReportContext) -> Section:
+    """Build section 1."""
+    title = "1. Verdict under equal budget: which head wins?"
+    frame = headline_frame(ctx)
+    if frame.empty:
+        return Section(
+            "headline", title, "\n".join([*budget_parts(ctx), paragraph("No successful runs.")])
+        )
+    shown = headline_comparisons(ctx)
+    parts = [
+        paragraph(at_a_glance(frame, shown), "lead"),
+        *budget_parts(ctx),
+        bullet_list([headline_sentence(r, ctx.multi_encoder) for _, r in frame.iterrows()]),
+        verdict_table(ctx, frame),
+        wins_table(
+            frame,
+            [h for h in ctx.palette.heads if h in set(ctx.cells["head_label"])],
+            ctx.cells[ctx.cells["n"] > 0].groupby("head_label").size().to_dict(),
+        ),
+    ]
+    if not shown.empty:
+        parts.append(comparisons_table(shown, ctx.multi_encoder))
     fig = figures.margin_forest(frame, ctx.palette, ctx.multi_encoder)
     if fig is not None:
         parts.append(
             figure(
                 svg_data_uri(fig),
                 "Forest plot of the winning head's margin per setting",
-                "Margin of the best head over the runner-up with its 95% CI; a filled dot "
-                "is significant after Holm's correction, a hollow one is not.",
+                "Margin of the best head over the runner-up with its 95% t-interval; a filled "
+                "dot is significant after Holm's correction over all headline comparisons, a "
+                "hollow one is not.",
             )
         )
-    return Section("headline", "1. Headline: which head wins?", "\n".join(parts))
+    parts += evp_trials_parts(ctx)
+    return Section("headline", title, "\n".join(parts))

@@ -40,6 +40,8 @@ class ReportInputs:
         problems: Result files skipped (unreadable, malformed, of a newer schema),
             duplicates, and results kept with a warning (no ``config_hash``).
         refs: Published reference numbers.
+        trials: One row per search trial (:data:`bench.results.stats.TRIAL_COLUMNS`);
+            empty when the sweep ran no search.
     """
 
     source: str
@@ -49,6 +51,7 @@ class ReportInputs:
     launch: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     refs: pd.DataFrame = field(default_factory=load_references)
+    trials: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=stats.TRIAL_COLUMNS))
 
 
 def load_inputs(path: str | Path) -> ReportInputs:

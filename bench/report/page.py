@@ -28,6 +28,8 @@ p.note{font-size:0.85em;color:#444}pre{white-space:pre-wrap;font-size:0.8em;back
 details{margin:0.6em 0}summary{cursor:pointer;font-weight:600}
 ul li{margin:0.2em 0}
 p.lead{font-size:1.08em;background:#eef5fb;border-left:4px solid #0072B2;padding:8px 12px}
+p.budget{font-weight:600;margin-bottom:0.2em}
+p.warning{background:#fdf3e6;border-left:4px solid #D55E00;padding:6px 12px}
 @media (max-width:600px){nav ul{columns:1}body{padding:0 8px 32px}table{font-size:0.78em}}
 """
 

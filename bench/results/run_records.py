@@ -80,10 +80,27 @@ def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-cell provenance: the cell plus :data:`PROVENANCE_KEYS` of its result."""
+    """Per-cell provenance: the cell plus :data:`PROVENANCE_KEYS` of its result.
+
+    Also what chose the cell's configuration and epoch: ``search`` (the result's search
+    record, None without a search) and ``selection`` (its selection record without the
+    slice's example ids, which stay in ``result.json``).
+    """
     return [
-        {"cell": dict(res["cell"]), **{k: res.get(k) for k in PROVENANCE_KEYS}} for res in results
+        {
+            "cell": dict(res["cell"]),
+            **{k: res.get(k) for k in PROVENANCE_KEYS},
+            "search": res.get("search"),
+            "selection": _without_ids(res.get("selection")),
+        }
+        for res in results
     ]
+
+
+def _without_ids(selection: Any) -> Any:
+    if not isinstance(selection, dict):
+        return selection
+    return {k: v for k, v in selection.items() if k != "ids"}
 
 
 def log_launch_event(sweep_dir: str | Path, event: str, **fields: Any) -> None:

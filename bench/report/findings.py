@@ -1,0 +1,130 @@
+"""The README's Findings, generated from the committed reference results.
+
+Every number comes from ``results/<experiment>/`` through the verdict of the HTML report
+(:mod:`bench.report.headline`); nothing is typed by hand. The README holds the output
+between two markers, and a test checks that it is current::
+
+    python -m bench.report.findings --write README.md   # regenerate the block
+    python -m bench.report.findings --check README.md   # exit 1 if it is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bench.atomic import atomic_write
+from bench.report.context import build_context, points, pvalue, short_metric
+from bench.report.headline import headline_comparisons, headline_frame
+from bench.report.inputs import load_inputs
+from bench.report.readme import what_ran
+from bench.report.style import task_title
+
+START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+ROOT = Path(__file__).resolve().parents[2]
+#: The reference experiments under the evaluation protocol, in the order shown.
+EXPERIMENTS = ("fair_heads", "fair_table7")
+
+
+def experiment_finding(source: Path) -> str:
+    """One bullet for one results directory: winners per setting, and how sure.
+
+    Args:
+        source: ``results/<experiment>``.
+
+    Returns:
+        A Markdown bullet (with a trailing newline).
+    """
+    ctx = build_context(load_inputs(source))
+    frame = headline_frame(ctx)
+    shown = headline_comparisons(ctx)
+    name = source.name
+    if frame.empty:
+        return f"- **`{name}`**: no successful cell yet.\n"
+    winners = []
+    for freeze, group in frame.groupby("freeze_label", sort=False):
+        per_task = ", ".join(
+            f"{task_title(r['task'])} `{r['winner']}` {points(r['winner_mean'])}"
+            + (f" ({r['tier']})" if r["significant"] else "")
+            for _, r in group.iterrows()
+        )
+        winners.append(f"{freeze}: {per_task}")
+    clear = frame[frame["significant"]]
+    text = (
+        f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
+        f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
+        f"settings (paired t-test over seeds, Holm over all {len(shown)} headline "
+        "comparisons; a tier marks those)"
+    )
+    if not clear.empty:
+        top = clear.sort_values("margin", ascending=False).iloc[0]
+        text += (
+            f"; the largest such margin: {task_title(top['task'])} {top['freeze_label']}, "
+            f"`{top['winner']}` over `{top['runner_up']}` by {points(top['margin'])} "
+            f"{short_metric(top['metric'])} points (95% t-interval {points(top['ci_low'])} to "
+            f"{points(top['ci_high'])}, p = {pvalue(top['p_holm'])})"
+        )
+    failed = int(pd.to_numeric(ctx.runs["failed"]).sum())
+    text += f". {failed} of {len(ctx.runs)} runs failed against the best constant prediction."
+    return text + "\n"
+
+
+def summary(results: Path = ROOT / "results") -> str:
+    """The Findings block: one bullet per reference experiment under the protocol.
+
+    Args:
+        results: The directory holding ``fair_heads/``, ``fair_table7/``.
+
+    Returns:
+        Markdown bullet lines; an experiment without results says so.
+    """
+    lines = []
+    for name in EXPERIMENTS:
+        source = results / name
+        if any((source / f).is_file() for f in ("results.parquet", "results.csv")):
+            lines.append(experiment_finding(source))
+        else:
+            lines.append(f"- **`{name}`**: not run yet (`python -m bench -m experiment={name}`).\n")
+    return "".join(lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with the part between the findings markers replaced by ``block``.
+
+    Raises:
+        ValueError: If the markers are missing.
+    """
+    pattern = re.compile(re.escape(START) + r"\n.*?" + re.escape(END), flags=re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no {START} ... {END} block found")
+    return pattern.sub(lambda _: f"{START}\n{block}{END}", text, count=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--write FILE`` regenerates the block, ``--check FILE`` verifies it."""
+    parser = argparse.ArgumentParser(prog="python -m bench.report.findings")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", type=Path, metavar="FILE")
+    mode.add_argument("--check", type=Path, metavar="FILE")
+    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    args = parser.parse_args(argv)
+    path = args.write or args.check
+    text = path.read_text(encoding="utf-8")
+    updated = replace_block(text, summary(args.results))
+    if args.check:
+        if updated != text:
+            print(f"{path}: the findings block is stale; run --write {path}", file=sys.stderr)
+            return 1
+        print(f"{path}: the findings block is current")
+        return 0
+    atomic_write(path, lambda handle: handle.write(updated))
+    print(f"wrote the findings block of {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
