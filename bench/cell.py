@@ -36,6 +36,10 @@ CELL_COLUMNS = ["task", "encoder", "head", "head_label", "layers", "freeze", "fr
 HASH_RECIPE = 1
 #: Defaults of the hidden-state cache keys that enter the hash of cache-reading cells.
 CACHE_DEFAULTS = {"enabled": True, "dtype": "float32"}
+#: The file a search trial writes in its directory (not ``result.json``: trials are not cells).
+TRIAL_FILE = "trial.json"
+#: The folder beside a setting's ``seed=<n>`` directories that holds its search trials.
+TRIALS_DIR = "trials"
 #: Version of the ``result.json`` layout. 2 added ``selection`` (what chose the epoch),
 #: ``best_constant`` and ``search``, and scores ``best.metrics`` on the reporting splits once.
 RESULT_SCHEMA = 2

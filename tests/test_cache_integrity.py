@@ -125,7 +125,7 @@ def test_a_cell_whose_cache_file_was_corrupted_rebuilds_it_and_says_so(
         second = run(compose_cfg(*common, "seed=2"), tmp_path / "seed=2")
     assert second["status"] == "ok", second.get("reason")
     stored = json.loads((tmp_path / "seed=2" / RESULT_FILE).read_text())["cache"]
-    assert stored["misses"] == ["train"] and stored["hits"] == ["dev"]
+    assert stored["misses"] == ["train"] and stored["hits"] == ["select", "dev"]
     assert [r["file"] for r in stored["rebuilt"]] == [str(entry)]
     assert any(
         str(entry) in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records

@@ -35,7 +35,7 @@ def _committed_cells() -> list[dict]:
 
 def test_every_committed_head_label_follows_the_rule():
     cells = _committed_cells()
-    assert len(cells) > 300
+    assert cells, "no committed results to check"
     for cell in cells:
         head = cell["config"]["head"]
         if head["label"] == head["name"] and head.get("layers") == "last":

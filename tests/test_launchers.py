@@ -128,11 +128,11 @@ def test_two_concurrent_jobs_needing_one_cache_entry_run_the_encoder_once(sweeps
     # The lock is per split: which job encodes which split depends on scheduling (one job
     # may encode train while the other, arriving at dev first, encodes dev), but every
     # split is encoded by exactly one job and read from the cache by the other.
-    for split in ("train", "dev"):
+    for split in ("train", "select", "dev"):
         assert sorted(split in r["misses"] for r in records) == [False, True], split
         assert sorted(split in r["hits"] for r in records) == [False, True], split
     builds = [json.loads(line) for line in (cache / BUILD_LOG).read_text().splitlines()]
-    assert sorted(b["split"] for b in builds) == ["dev", "train"]  # one encoder pass per split
+    assert sorted(b["split"] for b in builds) == ["dev", "select", "train"]  # one pass per split
     stored = sum(len(b["layers"]) for b in builds)  # one file per layer the passes stored
     assert stored >= 2 and len(list(cache.rglob("*.safetensors"))) == stored
 

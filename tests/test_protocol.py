@@ -18,14 +18,14 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from bench.cell import config_hash
+from bench.cell import TRIAL_FILE, config_hash
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.selection import MIN_SIZE, carve_selection
 from bench.data.sequence_datamodule import subset
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.run import search
-from bench.run.search import TRIAL_FILE, draw_trials, run_with_search, trials_dir
+from bench.run.search import draw_trials, run_with_search, trials_dir
 from bench.run.train import run
 
 FAST = ("trainer.max_epochs=2", "data.max_length=48", "data.batch_size=16")

@@ -18,6 +18,7 @@ import bench.report.figures as figures
 from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
 from bench.report.context import ALPHA, ReportContext, points, pvalue, short_metric
 from bench.report.html import Section, bullet_list, figure, paragraph, table
+from bench.report.per_example import N_RESAMPLES, per_example_row
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 
@@ -484,6 +485,54 @@ def evp_trials_parts(ctx: ReportContext) -> list[str]:
     return parts
 
 
+def per_example_parts(ctx: ReportContext, frame: pd.DataFrame) -> list[str]:
+    """Winner vs runner-up, paired bootstrap over dev examples, from the predictions."""
+    predictions = ctx.inputs.predictions
+    if predictions.empty:
+        return []
+    rows = []
+    for _, r in frame.iterrows():
+        found = per_example_row(predictions, r)
+        if found is None:
+            continue
+        rows.append(
+            [
+                task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else ""),
+                r["freeze_label"],
+                r["winner"],
+                r["runner_up"],
+                points(found["diff"]),
+                _interval(found["low"], found["high"]),
+                pvalue(found["p"]),
+                int(found["n_examples"]),
+                f"{int(found['seeds_a'])} / {int(found['seeds_b'])}",
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        table(
+            [
+                "Task",
+                "Freeze",
+                "Winner",
+                "Runner-up",
+                "Difference",
+                "95% interval",
+                "p (bootstrap)",
+                "Examples",
+                "Seeds",
+            ],
+            rows,
+            caption="The same margin seen across dev examples instead of seeds: a paired "
+            f"bootstrap ({N_RESAMPLES:,} resamples of the examples, the same for both heads "
+            "and every seed) of the mean-over-seeds metric difference, from the committed "
+            "predictions; percentile interval, uncorrected p. Sentence tasks only.",
+            numeric=[4, 6, 7],
+        )
+    ]
+
+
 def headline_section(ctx: ReportContext) -> Section:
     """Build section 1."""
     title = "1. Verdict under equal budget: which head wins?"
@@ -506,6 +555,7 @@ def headline_section(ctx: ReportContext) -> Section:
     ]
     if not shown.empty:
         parts.append(comparisons_table(shown, ctx.multi_encoder))
+    parts += per_example_parts(ctx, frame)
     fig = figures.margin_forest(frame, ctx.palette, ctx.multi_encoder)
     if fig is not None:
         parts.append(

@@ -17,7 +17,9 @@ import pandas as pd
 from bench.data.text_lines import read_text
 from bench.results import stats
 from bench.results.collect import read_history, read_results, read_table, tidy
+from bench.results.predictions import predictions_table, read_predictions
 from bench.results.references import load_references
+from bench.results.rescore import verified
 from bench.results.run_records import (
     HISTORY_COLUMNS,
     history_table,
@@ -25,6 +27,7 @@ from bench.results.run_records import (
     provenance_records,
     read_launch_log,
 )
+from bench.results.trials import TRIALS_TABLE_COLUMNS, read_trials, trials_table
 
 
 @dataclass
@@ -40,7 +43,9 @@ class ReportInputs:
         problems: Result files skipped (unreadable, malformed, of a newer schema),
             duplicates, and results kept with a warning (no ``config_hash``).
         refs: Published reference numbers.
-        trials: One row per search trial (:data:`bench.results.stats.TRIAL_COLUMNS`);
+        predictions: Every cell's reporting-split predictions
+            (:data:`bench.results.predictions.PREDICTION_COLUMNS`); empty when none.
+        trials: One row per search trial (:data:`bench.results.trials.TRIALS_TABLE_COLUMNS`);
             empty when the sweep ran no search.
     """
 
@@ -51,7 +56,8 @@ class ReportInputs:
     launch: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     refs: pd.DataFrame = field(default_factory=load_references)
-    trials: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=stats.TRIAL_COLUMNS))
+    trials: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRIALS_TABLE_COLUMNS))
+    predictions: pd.DataFrame = field(default_factory=lambda: predictions_table([]))
 
 
 def load_inputs(path: str | Path) -> ReportInputs:
@@ -85,10 +91,14 @@ def load_inputs(path: str | Path) -> ReportInputs:
             cells=cells,
             launch=last_launch(read_launch_log([folder])),
             problems=_unhashed(cells, cells_file),
+            trials=read_trials(folder),
+            predictions=read_predictions(folder),
         )
     results, problems = read_results([path])
     if not results and not problems:
         raise FileNotFoundError(f"{path} holds no results table and no result.json files")
+    results, frames, refused = verified(results)
+    problems += refused
     history = history_table(results) if results else pd.DataFrame(columns=HISTORY_COLUMNS)
     return ReportInputs(
         source=str(path),
@@ -97,6 +107,8 @@ def load_inputs(path: str | Path) -> ReportInputs:
         cells=provenance_records(results),
         launch=last_launch(read_launch_log([path])),
         problems=problems,
+        trials=trials_table(results),
+        predictions=predictions_table(frames),
     )
 
 

@@ -2,7 +2,11 @@
 
 ``python -m bench.results.collect runs/quick -o results/quick`` writes ``results.csv`` and
 ``results.parquet`` (plus ``history.csv``, ``cells.json`` and ``launches.jsonl``, see
-:mod:`bench.results.run_records`) and prints a wide summary. Each result file is checked first
+:mod:`bench.results.run_records`; ``predictions.parquet``, every cell's reporting-split
+predictions, :mod:`bench.results.predictions`; and ``trials.csv`` when the sweep ran a
+search, :mod:`bench.results.trials`) and prints a wide summary. Every cell is re-scored
+from its predictions first and refused, named, when a recorded metric does not re-score
+(:mod:`bench.results.rescore`). Each result file is checked first
 (:mod:`bench.results.result_file`): an unreadable or malformed one, or one of a newer schema,
 is skipped and named, never fatal; when one cell has several results (the same cell found
 under two roots), the latest is kept and the others are reported. Results below a
@@ -33,7 +37,9 @@ from filelock import FileLock
 from bench.cell import CELL_COLUMNS, RESULT_FILE, SUPERSEDED_DIR
 from bench.clock import utc_now
 from bench.errors import CollectError, DataError
+from bench.results.predictions import PREDICTIONS_FILE, predictions_bytes, predictions_table
 from bench.results.publish import publish
+from bench.results.rescore import verified
 from bench.results.result_file import load_result
 from bench.results.run_records import (
     HISTORY_COLUMNS,
@@ -41,6 +47,7 @@ from bench.results.run_records import (
     provenance_records,
     read_launch_log,
 )
+from bench.results.trials import TRIALS_FILE, trials_bytes, trials_table
 
 log = logging.getLogger(__name__)
 #: The lock file of a results directory (:func:`results_lock`).
@@ -59,9 +66,24 @@ TABLE_COLUMNS = [
     "train_time_s",
     "reason",
     "run_dir",
+    "best_constant",
+    "selection",
+    "trial",
+    "selection_score",
+    "git_commit",
 ]
 
-_NUMERIC_COLUMNS = ("seed", "value", "baseline", "best_epoch", "trainable_params", "train_time_s")
+_NUMERIC_COLUMNS = (
+    "seed",
+    "value",
+    "baseline",
+    "best_epoch",
+    "trainable_params",
+    "train_time_s",
+    "best_constant",
+    "trial",
+    "selection_score",
+)
 
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
@@ -148,11 +170,17 @@ def _latest_per_cell(results: list[dict[str, Any]], problems: list[str]) -> list
     return list(latest.values())
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per cell × split × metric at the best epoch (failed cells: one row, no value)."""
     rows = []
     for res in results:
         base = {k: res["cell"].get(k) for k in CELL_COLUMNS}
+        selection: dict[str, Any] = _mapping(res.get("selection"))
+        search: dict[str, Any] = _mapping(res.get("search"))
         base.update(
             status=res.get("status"),
             main_metric=res.get("main_metric"),
@@ -161,13 +189,28 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
             trainable_params=(res.get("params") or {}).get("trainable"),
             train_time_s=res.get("train_time_s"),
             run_dir=res.get("run_dir"),
+            # Results made before the evaluation protocol chose their epoch on dev.
+            selection=selection.get("mode", "dev"),
+            trial=search.get("selected"),
+            selection_score=(selection.get("metrics") or {}).get(res.get("main_metric")),
+            git_commit=(res.get("git") or {}).get("commit"),
         )
         best = (res.get("best") or {}).get("metrics") or {}
         if res.get("status") != "ok" or not best:
-            rows.append({**base, "split": None, "metric": None, "value": None, "baseline": None})
+            rows.append(
+                {
+                    **base,
+                    "split": None,
+                    "metric": None,
+                    "value": None,
+                    "baseline": None,
+                    "best_constant": None,
+                }
+            )
             continue
         for split, metrics in best.items():
             baseline = ((res.get("baseline") or {}).get(split) or {}).get("metrics") or {}
+            constant = ((res.get("best_constant") or {}).get(split) or {}).get("metrics") or {}
             for metric, value in metrics.items():
                 rows.append(
                     {
@@ -176,6 +219,7 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
                         "metric": metric,
                         "value": value,
                         "baseline": baseline.get(metric),
+                        "best_constant": constant.get(metric),
                     }
                 )
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
@@ -372,6 +416,8 @@ def _collect(roots: list[str | Path], out_dir: str | Path | None) -> pd.DataFram
     if missing or not roots:
         raise CollectError("; ".join([*missing, unchanged] if roots else ["no roots", unchanged]))
     results, problems = read_results(roots)
+    results, predictions, refused = verified(results)
+    problems += refused
     for problem in problems:
         log.warning(problem)
         print(f"warning: {problem}")
@@ -384,6 +430,11 @@ def _collect(roots: list[str | Path], out_dir: str | Path | None) -> pd.DataFram
     table = tidy(results)
     if out_dir is not None:
         files = {**record_files(results, roots), **table_files(table)}
+        if predictions:
+            files[PREDICTIONS_FILE] = predictions_bytes(predictions_table(predictions))
+        trials = trials_table(results)
+        if not trials.empty:
+            files[TRIALS_FILE] = trials_bytes(trials)
         publish(out_dir, files)
         path = Path(out_dir) / "results.csv"
         print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")

@@ -168,10 +168,15 @@ def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str
         text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
     if row["reason"]:
         return text + f"; no test: {row['reason']}."
+    wilcoxon = (
+        f"Wilcoxon signed-rank p = {row['p_wilcoxon']:.3g} (smallest attainable "
+        f"{row['p_wilcoxon_min']:.3g})"
+        if not row["reason_wilcoxon"]
+        else f"no Wilcoxon test: {row['reason_wilcoxon']}"
+    )
     return (
-        text + f"; Wilcoxon signed-rank p = {row['p']:.3g} (smallest attainable "
-        f"{row['p_min']:.3g}), Holm-adjusted p = {row['p_holm']:.3g} over "
-        f"{row['n_comparisons']} head comparisons."
+        text + f"; paired t-test p = {row['p']:.3g}, Holm-adjusted p = {row['p_holm']:.3g} "
+        f"over {row['n_comparisons']} head comparisons; {wilcoxon}."
     )
 
 

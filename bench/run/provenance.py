@@ -25,8 +25,16 @@ _VERSIONED = (
 )
 
 
+#: Folders of committed outputs, left out of the "dirty" check.
+OUTPUT_FOLDERS = ("results", "reports")
+
+
 def git_commit() -> dict[str, Any]:
-    """The commit of the headbench checkout and whether tracked files differ from it."""
+    """The commit of the headbench checkout and whether tracked files differ from it.
+
+    Committed outputs (``results/``, ``reports/``) are not code: a sweep that rewrites
+    them (collect at its end) does not make the next cell's tree "dirty".
+    """
     repo = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(
@@ -36,7 +44,17 @@ def git_commit() -> dict[str, Any]:
             timeout=10,
         )
         status = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "-C",
+                str(repo),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                *(f":(exclude){folder}" for folder in OUTPUT_FOLDERS),
+            ],
             capture_output=True,
             text=True,
             timeout=10,

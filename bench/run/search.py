@@ -34,16 +34,12 @@ import numpy as np
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from bench.cell import config_hash
+from bench.cell import TRIAL_FILE, TRIALS_DIR, config_hash
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The file a trial writes in its directory (not ``result.json``: trials are not cells).
-TRIAL_FILE = "trial.json"
-#: The folder beside a setting's ``seed=<n>`` directories that holds its trials.
-TRIALS_DIR = "trials"
 #: Search families by freezing strategy: only ``frozen`` never trains the encoder.
 FAMILIES = ("frozen", "finetune")
 #: Space keys that are not ``optim`` keys: ``head_lr_ratio`` sets ``head_lr`` from ``encoder_lr``.
