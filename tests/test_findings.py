@@ -92,3 +92,39 @@ def test_a_results_readme_check_fails_when_stale_and_write_repairs_it(tmp_path):
     assert readme.main([str(source), "--check"]) == 1
     assert readme.main([str(source)]) == 0
     assert readme.main([str(source), "--check"]) == 0
+
+
+def test_missing_cells_counts_the_absent_head_seed_pairs_of_each_setting():
+    rows = [
+        (task, "minilm", head, freeze, seed)
+        for task, freeze, heads, seeds in [
+            ("sst2", "frozen", ("linear", "bilstm"), (1, 2, 3)),
+            ("rte", "frozen", ("linear",), (1, 2)),  # bilstm × 3 seeds and linear seed 3 absent
+            ("sst2", "full", ("linear",), (1, 2)),
+            ("rte", "full", ("linear",), (1,)),  # seed 2 absent
+        ]
+        for head in heads
+        for seed in seeds
+    ]
+    runs = pd.DataFrame(rows, columns=["task", "encoder", "head_label", "freeze_label", "seed"])
+    # Brute force: the cross product under each freezing strategy, minus what is there.
+    present = set(rows)
+    expected = 0
+    for freeze in ("frozen", "full"):
+        mine = [r for r in rows if r[3] == freeze]
+        for task in {r[0] for r in mine}:
+            for head in {r[2] for r in mine}:
+                for seed in {r[4] for r in mine}:
+                    expected += (task, "minilm", head, freeze, seed) not in present
+    assert readme.missing_cells(runs) == expected == 5
+    assert readme.missing_cells(runs[runs["task"] == "sst2"]) == 0
+
+
+def test_the_holm_count_names_only_the_comparisons_with_a_test():
+    from bench.report.headline import tested_phrase
+
+    shown = pd.DataFrame({"p": [0.01, np.nan, 0.2]})
+    assert tested_phrase(shown) == (
+        "all 2 headline comparisons with a test (1 more had too few paired seeds for one)"
+    )
+    assert tested_phrase(shown.dropna()) == "all 2 headline comparisons"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from bench.atomic import atomic_write
 from bench.report.context import build_context, points, pvalue, short_metric
-from bench.report.headline import headline_comparisons, headline_frame
+from bench.report.headline import headline_comparisons, headline_frame, tested_phrase
 from bench.report.inputs import load_inputs
 from bench.report.readme import what_ran
 from bench.report.style import task_title
@@ -57,8 +57,8 @@ def experiment_finding(source: Path) -> str:
     text = (
         f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
         f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
-        f"settings (paired t-test over seeds, Holm over all {len(shown)} headline "
-        "comparisons; a tier marks those)"
+        f"settings (paired t-test over seeds, Holm over {tested_phrase(shown)}; a tier marks "
+        "those)"
     )
     if not clear.empty:
         top = clear.sort_values("margin", ascending=False).iloc[0]

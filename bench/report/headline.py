@@ -219,6 +219,20 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     return text + _failures(r)
 
 
+def tested_phrase(shown: pd.DataFrame) -> str:
+    """The Holm count in words, naming the comparisons without a test (too few seeds).
+
+    Holm corrects only the comparisons that have a p-value; the phrase counts those, so it
+    agrees with ``n_comparisons_all`` of :func:`bench.results.stats.holm_all`.
+    """
+    tested = int(shown["p"].notna().sum()) if not shown.empty else 0
+    untested = len(shown) - tested
+    text = f"all {tested} headline comparisons"
+    if untested:
+        text += f" with a test ({untested} more had too few paired seeds for one)"
+    return text
+
+
 def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
     """One sentence: which head wins most settings, and how many wins are significant."""
     wins = frame["winner"].value_counts()
@@ -227,10 +241,11 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
     if shown.empty:
         return text + "No setting has two heads to compare."
     significant = int((shown["p_holm_all"] < ALPHA).sum())
+    tested = int(shown["p"].notna().sum())
     text += (
-        f"{significant} of the {len(shown)} headline comparisons (each winner against every "
-        f"other head of its setting, paired t-test, Holm over all {len(shown)}) are "
-        f"significant at α = {ALPHA}; "
+        f"{significant} of the {tested} tested headline comparisons (each winner against "
+        f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
+        f"are significant at α = {ALPHA}; "
     )
     clear = int(frame["significant"].sum())
     text += (
@@ -424,7 +439,7 @@ def comparisons_table(shown: pd.DataFrame, multi_encoder: bool) -> str:
             "Tier",
         ],
         rows,
-        caption=f"All {len(shown)} headline comparisons, corrected together (Holm 1979). "
+        caption=f"Every headline comparison; Holm (1979) over {tested_phrase(shown)}. "
         "Difference: mean over seeds of winner − other (×100).",
         numeric=[4, 7, 8, 9],
     )

@@ -22,7 +22,12 @@ import pandas as pd
 from bench.atomic import atomic_write
 from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
 from bench.report.context import ReportContext, build_context, points, pvalue, short_metric
-from bench.report.headline import headline_comparisons, headline_frame, headline_sentence
+from bench.report.headline import (
+    headline_comparisons,
+    headline_frame,
+    headline_sentence,
+    tested_phrase,
+)
 from bench.report.inputs import load_inputs
 from bench.report.style import seeds_text, task_title
 
@@ -57,12 +62,44 @@ def what_ran(ctx: ReportContext) -> str:
     status = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
     seeds = runs.groupby(["task", "encoder", "head_label", "freeze_label"])["seed"].nunique()
     tasks = ", ".join(task_title(t) for t in sorted(runs["task"].unique()))
-    return (
+    text = (
         f"{len(runs)} cells ({status}) on {tasks} with "
         f"{', '.join(sorted(runs['encoder'].unique()))}: heads "
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
         f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}."
     )
+    missing = missing_cells(runs)
+    if missing:
+        text += (
+            f" **Incomplete grid**: {missing} cells of the grid these results span (every head "
+            "and seed seen under a freezing strategy, on each of its tasks) are absent, "
+            "because the experiment is still running or they never ran; every comparison "
+            "below uses only the cells present."
+        )
+    return text
+
+
+def missing_cells(runs: pd.DataFrame) -> int:
+    """Cells absent from the grid the results span.
+
+    Under each freezing strategy, every head seen with it and every seed seen with it is
+    expected on each of its tasks and encoders; a grid the results do not span at all (a
+    head never run under that strategy) cannot be seen here.
+
+    Args:
+        runs: One row per cell (``task``, ``encoder``, ``head_label``, ``freeze_label``,
+            ``seed``).
+
+    Returns:
+        The number of expected (head, seed) pairs without a cell.
+    """
+    missing = 0
+    for _, group in runs.groupby("freeze_label"):
+        expected = group["head_label"].nunique() * group["seed"].nunique()
+        for _, setting in group.groupby(["task", "encoder"]):
+            present = setting[["head_label", "seed"]].drop_duplicates()
+            missing += expected - len(present)
+    return missing
 
 
 def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
@@ -74,7 +111,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
             short_metric(r["metric"]),
             r["winner"],
             f"{points(r['winner_mean'])} ({_interval(r['winner_t_low'], r['winner_t_high'])})",
-            r["runner_up"] or "",
+            r["runner_up"] if isinstance(r["runner_up"], str) else "–",
             points(r["margin"]),
             _interval(r["ci_low"], r["ci_high"]),
             int(r["n_pairs"]),
@@ -194,7 +231,6 @@ def experiment_readme(source: str | Path) -> str:
     if warnings:
         parts.append("**Caveats.** " + " ".join(warnings))
     if not frame.empty:
-        n_shown = len(shown)
         parts.append(
             "## Verdict\n\n"
             + "\n".join(f"- {headline_sentence(r, ctx.multi_encoder)}" for _, r in frame.iterrows())
@@ -217,8 +253,8 @@ def experiment_readme(source: str | Path) -> str:
                 ],
                 verdict_rows(frame),
             )
-            + f"\n\nReporting split, ×100. p: paired t-test over seeds, Holm-corrected over all "
-            f"{n_shown} headline comparisons (each winner against every other head of its "
+            + "\n\nReporting split, ×100. p: paired t-test over seeds, Holm-corrected over "
+            f"{tested_phrase(shown)} (each winner against every other head of its "
             "setting); tier: *** < 0.001, ** < 0.01, * < 0.05. Winner failed: runs that "
             "crashed, diverged or scored at or below the best constant prediction."
         )
