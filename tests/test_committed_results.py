@@ -21,8 +21,10 @@ from omegaconf import OmegaConf
 from bench.cell import cell_path, config_hash
 from bench.paths import config_dir
 from bench.run.plan import hydra_context, plan
+from bench.run.search import apply_values
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
 COMMITTED = sorted(p.parent.name for p in RESULTS.glob("*/cells.json"))
 #: Experiments whose committed cells were run with overrides (the command in their README).
 OVERRIDES: dict[str, list[str]] = {}
@@ -36,11 +38,28 @@ def test_there_are_committed_results():
     assert {"quick", "fair_heads"} <= set(COMMITTED)
 
 
+def _planned_config(cell: dict) -> dict:
+    """The cell's own config: what its hash is of.
+
+    A cell that ran a search stores the configuration it trained (the selected trial's
+    ``optim`` values); its hash is of the planned cell, whose ``optim`` the committed
+    ``.hydra/config.yaml`` of its run directory keeps (plain values, no interpolation).
+    """
+    config = dict(cell["config"])
+    if cell.get("search"):
+        hydra = OmegaConf.load(ROOT / cell["run_dir"] / ".hydra" / "config.yaml")
+        config["optim"] = OmegaConf.to_container(hydra.optim, resolve=True)
+    return config
+
+
 @pytest.mark.parametrize("name", COMMITTED)
 def test_stored_configs_still_hash_to_their_stored_hash(name):
     for cell in _cells(name):
-        cfg = OmegaConf.create(cell["config"])
+        cfg = OmegaConf.create(_planned_config(cell))
         assert config_hash(cfg) == cell["config_hash"], cell["cell"]
+        if cell.get("search"):  # what it trained is the planned cell with the trial's values
+            trained = apply_values(cfg, cell["search"]["selected_config"])
+            assert OmegaConf.to_container(trained) == cell["config"], cell["cell"]
 
 
 #: Presets of more than 50 cells compose for a minute or more: run with -m slow.

@@ -355,6 +355,7 @@ def test_a_cell_another_process_is_training_is_skipped_not_trained_twice(tmp_pat
         assert mine is True
 
 
+@pytest.mark.slow  # plans 300 cells: about a minute on two cores
 def test_fair_heads_is_the_promised_grid(tmp_path):
     cells = plan(CONF, ["experiment=fair_heads", f"runs_dir={tmp_path}"], multirun=False)
     parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]

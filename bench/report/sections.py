@@ -17,7 +17,8 @@ from bench.results.render import html_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-from bench.results.tables import GLUE_COLUMNS, TABLE7_ROWS, TABLE7_TASK, build
+from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK
+from bench.results.tables import GLUE_COLUMNS, build
 
 GLUE_TASKS = {task for task, _, _ in GLUE_COLUMNS}
 

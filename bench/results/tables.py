@@ -32,6 +32,7 @@ from bench.results import stats
 from bench.results.collect import collect, read_table
 from bench.results.references import load_references, lookup
 from bench.results.render import RENDERERS, Document, Table, to_markdown
+from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK
 
 STYLES = ("glue", "table7", "heads")
 GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
@@ -58,16 +59,6 @@ HEAD_ORDER = head_order()
 # The fine-tuned setting the published GLUE numbers correspond to: RoBERTa's own head
 # (dense + tanh + dropout + linear, randomly initialised) with the encoder trained.
 GLUE_REFERENCE_SETTING = ("pooler-random", "full")
-TABLE7_TASK = "conll2003"
-TABLE7_ROWS = [  # (setting, paper's row name); fine-tune = linear head, encoder trained
-    ("finetune", "Fine-tune (BERT-base)"),
-    ("embeddings", "Embeddings"),
-    ("second_to_last", "Second-to-Last Hidden"),
-    ("last", "Last Hidden"),
-    ("sum_last4", "Weighted Sum Last Four Hidden"),
-    ("concat_last4", "Concat Last Four Hidden"),
-    ("sum_all", "Weighted Sum All 12 Layers"),
-]
 NO_BASELINE = (
     "No majority-class baseline for a correlation (constant predictions are uncorrelated); "
     "runs at or below 0 count as failed."

@@ -1,0 +1,167 @@
+"""How closely our ordering of BERT Table 7's layer selections follows the paper's.
+
+Devlin et al. (2019, Table 7) rank six ways of feeding frozen BERT-base layers into a
+two-layer BiLSTM on CoNLL-2003. A headbench experiment that runs the same selections on
+another encoder (``fair_table7``: MiniLM) can compare orderings, not absolute numbers.
+Two figures say how much that comparison is worth:
+
+- ``rho``: Spearman's rank correlation between our mean F1 per selection and the paper's;
+- ``seed_rho``: the mean Spearman correlation between the orderings two of *our own*
+  seeds give (every pair of seeds that ran every selection). When our seeds do not agree
+  with one another, an ordering that differs from the paper's is noise, not evidence
+  about the encoder.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from bench.results import stats
+
+#: The task of Table 7.
+TABLE7_TASK = "conll2003"
+#: Table 7's rows: (setting, paper's row name), in the paper's order; fine-tune = linear
+#: head, encoder trained; the others: frozen features into a two-layer BiLSTM.
+TABLE7_ROWS = (
+    ("finetune", "Fine-tune (BERT-base)"),
+    ("embeddings", "Embeddings"),
+    ("second_to_last", "Second-to-Last Hidden"),
+    ("last", "Last Hidden"),
+    ("sum_last4", "Weighted Sum Last Four Hidden"),
+    ("concat_last4", "Concat Last Four Hidden"),
+    ("sum_all", "Weighted Sum All 12 Layers"),
+)
+#: The frozen rows, whose ordering is compared.
+FROZEN_ROWS = TABLE7_ROWS[1:]
+#: Columns of :func:`selection_rows`.
+ROW_COLUMNS = [
+    "encoder",
+    "setting",
+    "paper_row",
+    "paper",
+    "mean",
+    "t_low",
+    "t_high",
+    "n",
+    "rank",
+    "paper_rank",
+]
+#: Columns of :func:`agreement`.
+AGREEMENT_COLUMNS = ["encoder", "split", "n_settings", "rho", "p", "n_seeds", "seed_rho"]
+
+
+def _frozen_bilstm(frame: pd.DataFrame, split: str) -> pd.DataFrame:
+    names = dict(FROZEN_ROWS)
+    mine = frame[
+        (frame["task"] == TABLE7_TASK)
+        & (frame["split"] == split)
+        & (frame["freeze"] == "frozen")
+        & (frame["head"] == "bilstm")
+    ]
+    return mine[mine["layers"].isin(names)]
+
+
+def _paper(refs: pd.DataFrame) -> pd.Series:
+    """The paper's dev F1 (×100) by setting."""
+    rows = refs[(refs["task"] == TABLE7_TASK) & (refs["split"] == "dev") & (refs["metric"] == "f1")]
+    return rows.set_index("setting")["value"].astype(float)
+
+
+def selection_rows(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
+    """One row per encoder and layer selection: our mean and rank beside the paper's.
+
+    Args:
+        table: Tidy results table.
+        refs: Reference numbers (:func:`bench.results.references.load_references`).
+        split: The split our numbers come from (the paper reports dev).
+
+    Returns:
+        Columns :data:`ROW_COLUMNS`, in the paper's row order; ``mean``/``t_low``/
+        ``t_high`` ×100; ranks 1 = best (ties share the average rank), over the selections
+        both sides have.
+    """
+    cells = _frozen_bilstm(stats.cell_stats(table, split=split), split)
+    cells = cells[cells["n"] > 0]
+    paper = _paper(refs)
+    out = []
+    order = {s: i for i, (s, _) in enumerate(FROZEN_ROWS)}
+    for encoder, group in cells.groupby("encoder", sort=True):
+        group = group[group["layers"].isin(paper.index)].copy()
+        group["order"] = group["layers"].map(order)
+        group = group.sort_values("order")
+        ours = 100 * group["mean"].to_numpy(dtype=float)
+        theirs = paper.loc[group["layers"]].to_numpy(dtype=float)
+        ranks = pd.Series(-ours).rank(method="average").to_numpy()
+        paper_ranks = pd.Series(-theirs).rank(method="average").to_numpy()
+        names = dict(FROZEN_ROWS)
+        for i, (_, r) in enumerate(group.iterrows()):
+            out.append(
+                {
+                    "encoder": encoder,
+                    "setting": r["layers"],
+                    "paper_row": names[r["layers"]],
+                    "paper": theirs[i],
+                    "mean": ours[i],
+                    "t_low": 100 * r["t_low"],
+                    "t_high": 100 * r["t_high"],
+                    "n": int(r["n"]),
+                    "rank": float(ranks[i]),
+                    "paper_rank": float(paper_ranks[i]),
+                }
+            )
+    return pd.DataFrame(out, columns=ROW_COLUMNS)
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return np.nan, np.nan
+    result = spearmanr(a, b)
+    return float(result.statistic), float(result.pvalue)
+
+
+def agreement(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
+    """Spearman agreement with the paper's ordering, and between our own seeds.
+
+    Args:
+        table: Tidy results table.
+        refs: Reference numbers.
+        split: The split our numbers come from.
+
+    Returns:
+        One row per encoder with at least three selections the paper also ran: columns
+        :data:`AGREEMENT_COLUMNS`. ``rho``/``p``: Spearman between our means and the
+        paper's (scipy's p: with six selections it is a rough guide only); ``seed_rho``:
+        mean Spearman over every pair of our seeds that ran every one of those selections
+        (NaN with fewer than two such seeds); ``n_seeds``: how many seeds that is.
+    """
+    rows = selection_rows(table, refs, split)
+    runs = _frozen_bilstm(stats.run_values(table, metric="main", split=split), split)
+    out = []
+    for encoder, group in rows.groupby("encoder", sort=True):
+        if len(group) < 3:
+            continue
+        rho, p = _spearman(group["mean"].to_numpy(), group["paper"].to_numpy())
+        mine = runs[(runs["encoder"] == encoder) & runs["layers"].isin(group["setting"])]
+        wide = mine.pivot_table(index="seed", columns="layers", values="value").dropna()
+        wide = wide.reindex(columns=list(group["setting"]))
+        pairs = [
+            _spearman(wide.loc[a].to_numpy(), wide.loc[b].to_numpy())[0]
+            for a, b in combinations(wide.index, 2)
+        ]
+        seed_rho = float(np.nanmean(pairs)) if pairs and not np.all(np.isnan(pairs)) else np.nan
+        out.append(
+            {
+                "encoder": encoder,
+                "split": split,
+                "n_settings": len(group),
+                "rho": rho,
+                "p": p,
+                "n_seeds": len(wide),
+                "seed_rho": seed_rho,
+            }
+        )
+    return pd.DataFrame(out, columns=AGREEMENT_COLUMNS)
