@@ -80,3 +80,31 @@ def test_a_seed_missing_a_selection_is_left_out_of_the_seed_agreement():
     f1["last"] = f1["last"][:3]  # seed 4 never ran `last`
     (a,) = agreement(_table(f1), load_references()).itertuples()
     assert a.n_seeds == 3 and a.seed_rho > 0.5  # seeds 1-3 agree with one another
+
+
+def test_the_sentence_quotes_both_agreements_and_calls_unstable_orderings_noise():
+    from bench.results.table7_agreement import agreement_sentence
+
+    (a,) = [r for _, r in agreement(_table(F1), load_references()).iterrows()]
+    text = agreement_sentence(a)
+    assert f"= {a['rho']:.2f} over 6 selections" in text
+    assert f"mean pairwise ρ of {a['seed_rho']:.2f} (4 seeds" in text
+    assert "mostly seed noise" in text
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_the_p_value_is_exact_over_every_pairing(n):
+    """Brute force: scipy's ρ for every ordering of one side (ties: none in these data)."""
+    from itertools import permutations
+
+    from scipy.stats import spearmanr
+
+    from bench.results.table7_agreement import _spearman
+
+    rng = np.random.default_rng(n)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    rho, p = _spearman(a, b)
+    assert rho == pytest.approx(spearmanr(a, b).statistic)
+    every = [spearmanr(a, np.array(q)).statistic for q in permutations(b)]
+    assert p == pytest.approx(np.mean(np.abs(every) >= abs(rho) - 1e-12))
+    assert 0 < p <= 1

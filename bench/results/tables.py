@@ -32,7 +32,7 @@ from bench.results import stats
 from bench.results.collect import collect, read_table
 from bench.results.references import load_references, lookup
 from bench.results.render import RENDERERS, Document, Table, to_markdown
-from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK
+from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK, agreement, agreement_sentence
 
 STYLES = ("glue", "table7", "heads")
 GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
@@ -438,6 +438,9 @@ def table7_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
             t.rows.append(cells)
             means.append(r["mean"] if r["n"] else np.nan)
         _bold_best(t, 2, means, list(range(len(means))))
+        agree = agreement(table[table["encoder"] == encoder], refs)
+        if not agree.empty:
+            t.notes.append("Ordering of the frozen rows: " + agreement_sentence(agree.iloc[0]))
         if not paper.empty:
             t.notes.append(
                 "Paper: fine-tuning approach vs. frozen BERT-base features into a two-layer "
