@@ -30,6 +30,7 @@ from conftest import CONF, ROOT
 TINY = (
     "encoder=tiny_bert",
     "data.train_size=48",
+    "selection.size=32",  # the held-out slice: 500 by default, slow on two cores
     "trainer.max_epochs=1",
     "data.max_length=32",
     "data.batch_size=16",
@@ -275,6 +276,7 @@ def test_dry_run_expands_a_preset_without_writing_anything(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # plans 180 cells: most of a minute on two cores
 def test_cpu_heads_is_the_promised_grid(tmp_path):
     cells = plan(CONF, ["experiment=cpu_heads", f"runs_dir={tmp_path}"], multirun=False)
     parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]
