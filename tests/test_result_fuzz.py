@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_report import write_synthetic_sweep
@@ -137,9 +138,20 @@ def _check_accepted_or_named(data: bytes) -> None:
             assert not (Path(tmp) / "results").exists()
 
 
-@FUZZ
+#: A collect per example (about 0.7 s on two cores): fewer in the fast suite, many under slow.
+COLLECT_FUZZ = settings(FUZZ, max_examples=100)
+
+
+@COLLECT_FUZZ
 @given(data=result_bytes())
 def test_a_result_file_is_collected_or_skipped_and_named(data):
+    _check_accepted_or_named(data)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=1000)
+@given(data=result_bytes())
+def test_a_result_file_is_collected_or_skipped_and_named_deeply(data):
     _check_accepted_or_named(data)
 
 

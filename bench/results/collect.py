@@ -174,6 +174,24 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _text(value: Any) -> str | None:
+    """An optional provenance string as stored, or None when it is not writable text."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON allows it, Parquet does not
+        return None
+    return value
+
+
+def _number(value: Any) -> int | float | None:
+    """An optional number as stored, or None when it is not one (booleans are not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
 def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per cell × split × metric at the best epoch (failed cells: one row, no value)."""
     rows = []
@@ -190,10 +208,12 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
             train_time_s=res.get("train_time_s"),
             run_dir=res.get("run_dir"),
             # Results made before the evaluation protocol chose their epoch on dev.
-            selection=selection.get("mode", "dev"),
-            trial=search.get("selected"),
-            selection_score=(selection.get("metrics") or {}).get(res.get("main_metric")),
-            git_commit=(res.get("git") or {}).get("commit"),
+            selection=_text(selection.get("mode", "dev")),
+            trial=_number(search.get("selected")),
+            selection_score=_number(
+                _mapping(selection.get("metrics")).get(str(res.get("main_metric")))
+            ),
+            git_commit=_text(_mapping(res.get("git")).get("commit")),
         )
         best = (res.get("best") or {}).get("metrics") or {}
         if res.get("status") != "ok" or not best:
