@@ -128,3 +128,25 @@ def test_the_holm_count_names_only_the_comparisons_with_a_test():
         "all 2 headline comparisons with a test (1 more had too few paired seeds for one)"
     )
     assert tested_phrase(shown.dropna()) == "all 2 headline comparisons"
+
+
+def test_planned_cells_are_matched_to_results_by_their_path_under_the_sweep():
+    planned = ["sst2/m/linear/frozen/seed=1", "sst2/m/linear/frozen/seed=2", "rte/m/x/full/seed=1"]
+    run_dirs = ["results/e/runs/sst2/m/linear/frozen/seed=1", "/abs/runs/rte/m/x/full/seed=1/"]
+    assert readme.planned_done(planned, run_dirs) == 2
+    # a path that merely ends with the same characters is not the same cell
+    assert readme.planned_done(["m/linear/frozen/seed=1"], ["x/sst2m/linear/frozen/seed=1"]) == 0
+
+
+def test_the_launch_summary_unions_the_plans_of_every_launch():
+    from bench.results.run_records import last_launch
+
+    records = [
+        {"event": "launch", "command": "a", "time": "t1"},  # logged before plans were recorded
+        {"event": "launch", "command": "b", "time": "t2", "planned": ["x/seed=1", "x/seed=2"]},
+        {"event": "skip", "cell_path": "x/seed=1"},
+        {"event": "launch", "command": "c", "time": "t3", "planned": ["y/seed=1", "x/seed=2"]},
+    ]
+    summary = last_launch(records)
+    assert summary["planned"] == ["x/seed=1", "x/seed=2", "y/seed=1"]
+    assert summary["command"] == "c" and summary["launches"] == 3 and summary["skipped"] == 0

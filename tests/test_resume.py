@@ -217,6 +217,7 @@ def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_
     assert rerun.stdout.count("skip (") == 4 and _results(runs) == before
     newest = last_launch(read_launch_log([runs]))
     assert newest["launches"] == 2 and newest["skipped"] == 4  # what the report shows
+    assert newest["planned"] == sorted(status)  # each launch records the cells it planned
 
     # The RTE files arrive; re-running failed cells fixes them and keeps the ok one.
     (data / "glue" / "RTE").symlink_to(data_dir / "glue" / "RTE")

@@ -69,6 +69,17 @@ def what_ran(ctx: ReportContext) -> str:
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
         f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}."
     )
+    planned = ctx.inputs.launch.get("planned") or []
+    if planned:
+        done = planned_done(
+            planned, [str(d) for d in ctx.inputs.table["run_dir"].dropna().unique()]
+        )
+        if done < len(planned):
+            text += (
+                f" **In progress**: {done} of the {len(planned)} cells its launches planned "
+                "have a result; every comparison below uses only those."
+            )
+        return text
     missing = missing_cells(runs)
     if missing:
         text += (
@@ -78,6 +89,12 @@ def what_ran(ctx: ReportContext) -> str:
             "below uses only the cells present."
         )
     return text
+
+
+def planned_done(planned: Sequence[str], run_dirs: Sequence[str]) -> int:
+    """How many planned cell paths (relative to the sweep) have a result among ``run_dirs``."""
+    found = {d.replace("\\", "/").rstrip("/") for d in run_dirs}
+    return sum(1 for p in planned if any(d == p or d.endswith("/" + p) for d in found))
 
 
 def missing_cells(runs: pd.DataFrame) -> int:

@@ -160,12 +160,22 @@ def last_launch(records: list[dict[str, Any]]) -> dict[str, Any]:
         records: Launch-log records, oldest first.
 
     Returns:
-        ``{"command", "time", "skipped"}`` (``command``/``time`` None when no launch
-        record exists; ``skipped`` counts skip records after the newest launch).
+        ``{"command", "time", "skipped", "launches", "planned"}`` (``command``/``time``
+        None when no launch record exists; ``skipped`` counts skip records after the newest
+        launch; ``planned``: every cell path any launch planned, sorted; launches logged
+        before launches recorded their plan add none).
     """
     launches = [i for i, r in enumerate(records) if r["event"] == "launch"]
+    planned = sorted(
+        {
+            str(path)
+            for r in records
+            if r["event"] == "launch" and isinstance(r.get("planned"), list)
+            for path in r["planned"]
+        }
+    )
     if not launches:
-        return {"command": None, "time": None, "skipped": 0, "launches": 0}
+        return {"command": None, "time": None, "skipped": 0, "launches": 0, "planned": planned}
     start = launches[-1]
     skipped = sum(1 for r in records[start:] if r["event"] == "skip")
     newest = records[start]
@@ -174,4 +184,5 @@ def last_launch(records: list[dict[str, Any]]) -> dict[str, Any]:
         "time": newest.get("time"),
         "skipped": skipped,
         "launches": len(launches),
+        "planned": planned,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -45,7 +46,14 @@ class CollectResults(Callback):
         if shared:
             sys.exit(f"error: {collision_message(shared)}")
         command = " ".join(["python -m bench -m", *(shlex.quote(o) for o in overrides)])
-        log_launch_event(config.hydra.sweep.dir, "launch", command=command)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        planned = [
+            cell.run_dir.relative_to(sweep_dir).as_posix()
+            if cell.run_dir.is_relative_to(sweep_dir)
+            else cell.run_dir.as_posix()
+            for cell in cells
+        ]
+        log_launch_event(sweep_dir, "launch", command=command, planned=planned)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report."""
