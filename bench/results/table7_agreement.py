@@ -91,6 +91,7 @@ def selection_rows(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     cells = cells[cells["n"] > 0]
     paper = _paper(refs)
     out = []
+    names = dict(FROZEN_ROWS)
     order = {s: i for i, (s, _) in enumerate(FROZEN_ROWS)}
     for encoder, group in cells.groupby("encoder", sort=True):
         group = group[group["layers"].isin(paper.index)].copy()
@@ -100,7 +101,6 @@ def selection_rows(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
         theirs = paper.loc[group["layers"]].to_numpy(dtype=float)
         ranks = pd.Series(-ours).rank(method="average").to_numpy()
         paper_ranks = pd.Series(-theirs).rank(method="average").to_numpy()
-        names = dict(FROZEN_ROWS)
         for i, (_, r) in enumerate(group.iterrows()):
             out.append(
                 {
@@ -132,9 +132,10 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """
     if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return np.nan, np.nan
-    rho = float(spearmanr(a, b).statistic)
+    result = spearmanr(a, b)
+    rho = float(result.statistic)
     if len(a) > EXACT_MAX:
-        return rho, float(spearmanr(a, b).pvalue)
+        return rho, float(result.pvalue)
     ra, rb = rankdata(a), rankdata(b)
     perms = np.array(list(permutations(rb)))
     ra_c, perms_c = ra - ra.mean(), perms - perms.mean(axis=1, keepdims=True)
