@@ -53,8 +53,9 @@ def _chromium(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (excludes `slow` and `network` tests unless -m is passed)."""
-    # lora: the LoRA tests need peft; joblib, slurm: the launcher tests (submitit runs locally)
-    _install(session, "[dev,lora,joblib,slurm]")
+    # lora: the LoRA tests need peft; joblib, slurm: the launcher tests (submitit runs locally);
+    # mlflow, wandb: the tracker tests (a local SQLite store, W&B offline; ~180 MB installed)
+    _install(session, "[dev,lora,joblib,slurm,mlflow,wandb]")
     _chromium(session)
     session.run("pytest", *session.posargs, env=_env())
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench.axes import encoders, freezing, heads, layers
 from bench.data import selection, tasks
 from bench.errors import ConfigError
-from bench.run import search
+from bench.run import search, trackers
 from bench.run.preflight import check_protocol
 from bench.run.sweep import expand
 from conftest import CONF
@@ -89,6 +89,15 @@ def check_search(cfg: DictConfig, option: str) -> None:
         assert cfg.search.trials == 0
 
 
+def check_logger(cfg: DictConfig, option: str) -> None:
+    """Loggers: registered, valid settings (the tracker's own extra may be absent here)."""
+    assert option in trackers.LOGGERS
+    assert cfg.logger.tensorboard in trackers.TENSORBOARD_CHOICES
+    tracker = trackers.LOGGERS[option]
+    if tracker is None or trackers.installed(tracker):
+        trackers.check_logger(cfg)
+
+
 def check_name_only(cfg: DictConfig, option: str) -> None:
     """Plain settings (optimizer, trainer): the name is the whole contract."""
 
@@ -100,6 +109,7 @@ CHECKS: dict[str, Callable[[DictConfig, str], None]] = {
     "task": check_task,
     "selection": check_selection,
     "search": check_search,
+    "logger": check_logger,
     **dict.fromkeys(SETTINGS_GROUPS, check_name_only),
 }
 
@@ -119,6 +129,7 @@ def test_option_file_agrees_with_its_registry(compose_cfg, group, option):
 
 
 def test_the_groups_hold_every_registered_name_and_no_other():
+    assert option_files("logger") == sorted(trackers.LOGGERS)
     assert option_files("head") == sorted(heads.HEADS)
     assert option_files("freeze") == sorted(freezing.STRATEGIES)
     assert option_files("task") == sorted(tasks.ALL_TASKS)

@@ -21,6 +21,7 @@ from bench.report import build_report
 from bench.results.collect import collect, print_summary, results_lock
 from bench.results.run_records import log_launch_event
 from bench.run.plan import collision_message, collisions, plan
+from bench.run.trackers import check_logger
 
 
 class CollectResults(Callback):
@@ -33,11 +34,13 @@ class CollectResults(Callback):
         """Stop before training when the sweep cannot be run as asked.
 
         That is: a cell's run directory cannot be made (a required key unset, a name with
-        a path separator), the run or results directory is not writable, or two cells
-        would write the same run directory.
+        a path separator), the run or results directory is not writable, two cells
+        would write the same run directory, or the chosen ``logger`` needs an extra that
+        is not installed.
         """
         overrides = list(config.hydra.overrides.task)
         try:
+            check_logger(config)
             cells = plan("", overrides, multirun=True)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)

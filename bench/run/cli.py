@@ -53,6 +53,7 @@ from bench.run.resume import (
     should_run,
     supersede,
 )
+from bench.run.trackers import check_logger
 
 # conf/ derives labels with these resolvers; Hydra resolves them before any task code runs
 # (output directories), also in launcher worker processes, which import this module.
@@ -146,8 +147,15 @@ def _usage_error(message: str) -> None:
     sys.exit(2)
 
 
-def _dry_run(args: list[str]) -> None:
+def _check_cell_and_logger(cfg: DictConfig) -> None:
+    """Every preflight check of a cell, and that its ``logger`` option can be used."""
     from bench.run.preflight import check_cell  # torch, transformers: ~8 s
+
+    check_cell(cfg)
+    check_logger(cfg)
+
+
+def _dry_run(args: list[str]) -> None:
 
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
@@ -157,7 +165,7 @@ def _dry_run(args: list[str]) -> None:
             f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}"
         )
     try:
-        cells = plan(config_dir(), overrides, multirun, check=check_cell)
+        cells = plan(config_dir(), overrides, multirun, check=_check_cell_and_logger)
     except (HydraException, OmegaConfBaseException) as err:  # what Hydra itself would report
         _usage_error(f"error composing the sweep: {err}")
     except ConfigError as err:
@@ -178,10 +186,25 @@ def _preflight(args: list[str]) -> None:
         return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
     from bench.run.preflight import check_command  # torch, transformers, lightning: ~8 s
 
-    message = check_command(config_dir(), args)
+    message = check_command(config_dir(), args) or _logger_problem(args)
     if message:
         print(message, file=sys.stderr)
         sys.exit(2)
+
+
+def _logger_problem(args: list[str]) -> str | None:
+    """The message when a single run's ``logger`` option cannot be used (a missing extra)."""
+    from bench.run.preflight import compose_single_run
+
+    try:
+        cfg = compose_single_run(config_dir(), args)
+        if cfg is not None:
+            check_logger(cfg)
+    except (HydraException, OmegaConfBaseException) as err:
+        return f"error composing the config: {err}"
+    except ConfigError as err:
+        return f"error: {err}"
+    return None
 
 
 #: The launcher presets in conf/hydra/launcher/: the plugin module each needs and its extra.

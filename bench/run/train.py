@@ -12,13 +12,11 @@ import sys
 import time
 import traceback
 import warnings
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import atomic_write_json
@@ -39,6 +37,7 @@ from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
 from bench.run.preflight import check_cell, check_max_length
 from bench.run.timing import TrainLoopTimer
+from bench.run.trackers import CellTracker, cell_loggers, check_logger, open_tracker
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +56,6 @@ def _main_metric(cfg: DictConfig) -> str | None:
 def _cache_config(cfg: DictConfig) -> dict[str, Any] | None:
     cache = OmegaConf.to_container(cfg.cache, resolve=True) if "cache" in cfg else None
     return {str(k): v for k, v in cache.items()} if isinstance(cache, dict) else None
-
-
-def _loggers(run_dir: Path) -> list[Any]:
-    loggers: list[Any] = [CSVLogger(run_dir, name="logs", version="")]
-    if find_spec("tensorboard") is None:  # the optional extra `tensorboard`
-        return loggers
-    loggers.append(TensorBoardLogger(run_dir, name="tb", version="", default_hp_metric=False))
-    return loggers
 
 
 def _selection_config(cfg: DictConfig) -> dict[str, Any]:
@@ -94,7 +85,13 @@ def _selection_record(
     return record
 
 
-def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any], report: bool) -> None:
+def _train(
+    cfg: DictConfig,
+    run_dir: Path,
+    result: dict[str, Any],
+    report: bool,
+    tracker: CellTracker | None,
+) -> None:
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     result["runtime"] = {"malloc": configure_malloc(malloc)}
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -161,7 +158,7 @@ def _train(cfg: DictConfig, run_dir: Path, result: dict[str, Any], report: bool)
         **trainer_strategy({str(k): v for k, v in trainer_kwargs.items()}),  # ddp_spawn
         callbacks=[timer, ConfigureMalloc(malloc)],
         default_root_dir=run_dir,
-        logger=_loggers(run_dir),
+        logger=cell_loggers(cfg, run_dir, tracker),  # CSV, TensorBoard, the tracker
         enable_checkpointing=False,
         num_sanity_val_steps=0,
         enable_progress_bar=sys.stderr.isatty(),
@@ -229,6 +226,11 @@ def run(
         failure: Record the cell as failed for this reason without training (its search
             could not select a configuration).
 
+    With ``logger=mlflow`` or ``logger=wandb`` a cell (not a search trial) is one run of the
+    sweep's tracker experiment: the curves go there during training, and the final numbers
+    of the result once, before it is written (:mod:`bench.run.trackers`; the result's
+    ``tracker`` says where the run is).
+
     Returns:
         The result dict as written: ``status`` is ``ok``, ``failed`` or ``diverged``.
     """
@@ -247,11 +249,16 @@ def run(
         "config": OmegaConf.to_container(cfg, resolve=True),
         **(extra or {}),
     }
+    tracker: CellTracker | None = None
     try:
+        if failure is None:
+            check_cell(cfg)  # a bad value fails here with a clear message, before any loading
+            check_logger(cfg)
+        # A cell (not a search trial) is one run of the sweep's tracker experiment, if any.
+        tracker = open_tracker(cfg, result) if report else None
         if failure is not None:
             raise SearchFailed(failure)
-        check_cell(cfg)  # a bad value fails here with a clear message, before any loading
-        _train(cfg, run_dir, result, report)
+        _train(cfg, run_dir, result, report, tracker)
         result["status"] = "ok"
     except DivergedError as err:
         result.update(status="diverged", reason=str(err), diverged_step=err.step)
@@ -262,11 +269,28 @@ def run(
         result["retryable"] = is_environmental(err)  # retried by the next launch
         result["traceback"] = traceback.format_exc()
         log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
+    except BaseException:  # interrupted: the tracker's run ends as killed, the interrupt goes on
+        if tracker is not None:
+            tracker.abort()
+        raise
     result["wall_time_s"] = time.perf_counter() - started
     result["finished_at"] = utc_now()
     result["peak_memory"] = provenance.peak_memory()
     result["git"] = provenance.git_commit()
     result["versions"] = provenance.versions()
     result["hardware"] = provenance.hardware()
+    if tracker is not None:
+        result["tracker"] = _finish_tracker(tracker, result)
     atomic_write_json(run_dir / result_file, result)
     return result
+
+
+def _finish_tracker(tracker: CellTracker, result: dict[str, Any]) -> dict[str, Any]:
+    """Log the cell's final numbers to its tracker run; a tracker error changes no result."""
+    record = dict(tracker.record)
+    try:
+        tracker.finish(result)
+    except Exception as err:  # the numbers are in result.json whatever the tracker does
+        record["error"] = f"{type(err).__name__}: {err}"
+        log.error("cell %s: logger=%s: %s", result["cell_path"], tracker.name, record["error"])
+    return record
