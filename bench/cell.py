@@ -58,10 +58,19 @@ _HASHED_KEYS = (
     "optim",
     "trainer",
 )
-_UNHASHED_DATA_KEYS = ("dir", "num_workers", "eval_batch_size")
+#: Keys that change no number: where the files live, how they are read, how memory is
+#: traded for time (gradient checkpointing recomputes the same activations).
+_UNHASHED_KEYS: dict[str, tuple[str, ...]] = {
+    "data": ("dir", "num_workers", "eval_batch_size"),
+    "encoder": ("gradient_checkpointing",),
+}
 # Keys added after results were committed: hashed only when they differ from the old behaviour,
 # so existing cells keep their hashes.
-_HASHED_UNLESS_DEFAULT = {"data": {"group_by_length": False}, "optim": {"fused": False}}
+_HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
+    "data": {"group_by_length": False},
+    "optim": {"fused": False},
+    "encoder": {"summary": "first"},
+}
 # Cells that read cached hidden states (bench/cache/features.py): whether they read them and in
 # which dtype changes their numbers by rounding (float16 moved 9 of 32 frozen cells of
 # bench.perf; BiLSTM training amplifies even the float32 differences of cached vs uncached),
@@ -171,10 +180,11 @@ def config_hash(cfg: DictConfig) -> str:
         hashed[key] = (
             OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         )
-    data = dict(hashed["data"] or {})
-    for key in _UNHASHED_DATA_KEYS:  # where the files live and how they are read change nothing
-        data.pop(key, None)
-    hashed["data"] = data
+    for section, keys in _UNHASHED_KEYS.items():
+        part = dict(hashed[section] or {})
+        for key in keys:
+            part.pop(key, None)
+        hashed[section] = part
     for section, defaults in _HASHED_UNLESS_DEFAULT.items():
         part = dict(hashed[section] or {})
         for key, default in defaults.items():

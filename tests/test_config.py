@@ -19,13 +19,27 @@ from bench.model.module import HeadbenchModule
 from conftest import CONF, ROOT
 
 GROUPS = ["encoder", "head", "freeze", "task", "trainer", "optim"]
-OFFLINE_ENCODERS = ["minilm", "tiny_bert", "tiny_roberta"]
+OFFLINE_ENCODERS = [
+    "minilm",
+    "tiny_bert",
+    "tiny_roberta",
+    "tiny_electra",
+    "tiny_gpt2",
+    "tiny_xlnet",
+    "tiny_qwen2",
+]
 HUB_ENCODERS = [
     "bert_base_uncased",
     "bert_base_cased",
     "roberta_base",
     "distilroberta_base",
     "deberta_v3_base",
+    "electra_base",
+    "gpt2",
+    "distilgpt2",
+    "xlnet_base_cased",
+    "qwen2_5_0_5b",
+    "smollm2_360m",
 ]
 
 

@@ -137,6 +137,37 @@ def test_crf_and_pooler_heads_on_a_byte_level_bpe_encoder(compose_cfg, small_con
     assert [len(s) for s in sentences] == [len(w) for w in gold_words]
 
 
+@pytest.mark.parametrize("encoder", ["tiny_gpt2", "tiny_xlnet"])
+def test_decoders_and_xlnet_tag_every_conll_word(compose_cfg, small_conll, tmp_path, encoder):
+    """GPT-2 (causal: each word sees only its left context) and XLNet tag CoNLL words.
+
+    Byte-level BPE and Unigram tokenizers both mark each word's first sub-token, so every
+    gold word gets exactly one prediction, scored as the recorded metric says.
+    """
+    cfg = compose_cfg(
+        "task=conll2003",
+        f"encoder={encoder}",
+        "head=linear",
+        "freeze=full",
+        "seed=1",
+        f"data.dir={small_conll}",
+        "selection.size=24",
+        "trainer.max_epochs=1",
+        "data.max_length=64",
+    )
+    result = run(cfg, tmp_path)
+    assert result["status"] == "ok", result.get("traceback")
+    assert result["encoder_info"]["causal"] is (encoder == "tiny_gpt2")
+    sentences = read_predictions(tmp_path / "predictions_dev.txt")
+    gold_words = read_conll(conll_file(small_conll, SPEC, "dev.txt"), SPEC)["tokens"]
+    assert [[w for w, _, _ in s] for s in sentences] == gold_words
+    gold = [[g for _, g, _ in s] for s in sentences]
+    pred = [[p for _, _, p in s] for s in sentences]
+    assert entity_scores(gold, pred, SPEC.entity_types)["f1"] == pytest.approx(
+        result["best"]["metrics"]["dev"]["f1"], abs=1e-9
+    )
+
+
 def test_a_sequence_only_option_fails_the_cell_naming_the_key(compose_cfg, small_conll, tmp_path):
     cfg = compose_cfg(
         "task=conll2003",

@@ -19,14 +19,23 @@ from bench.errors import ConfigError
 #: ``absent`` (no pooler weights: DeBERTa).
 POOLER_STATES = ("trained", "untrained", "absent")
 
+#: Where a family sums a sequence up (``encoder.summary``): the ``first`` token ([CLS],
+#: ``<s>``: BERT, RoBERTa, DeBERTa, ELECTRA) or the ``last`` real token (GPT-2, XLNet,
+#: decoder LMs). What every head's ``pool: cls`` reads.
+SUMMARY_POSITIONS = ("first", "last")
+
 #: The keys of an encoder option file, with the value each may be left at (None = required).
 KEYS: dict[str, Any] = {
     "name": None,
     "source": None,  # package:<module> | tiny:<family> | a local directory | a Hub id
     "family": None,  # bert | roberta | deberta ...: for readers; the loader reads config.json
     "pooler": "absent",
+    "summary": "first",
     "revision": None,  # a Hub revision; null = the default branch
     "trust_remote_code": False,
+    # Recompute activations in the backward pass (less memory, ~30% slower; no number
+    # changes): for the larger decoders under fine-tuning.
+    "gradient_checkpointing": False,
 }
 _REQUIRED = ("name", "source")
 
@@ -42,8 +51,8 @@ def validate(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
         ``cfg``, checked.
 
     Raises:
-        ConfigError: For a missing or unknown key or an invalid pooler declaration,
-            naming the key and the valid choices.
+        ConfigError: For a missing or unknown key or an invalid pooler or summary
+            declaration, naming the key and the valid choices.
     """
     name = cfg.get("name")
     unknown = sorted(set(cfg) - set(KEYS))
@@ -59,5 +68,16 @@ def validate(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
         raise ConfigError(
             f"encoder.pooler={pooler!r} for encoder {name!r}; "
             f"valid choices: {', '.join(POOLER_STATES)}"
+        )
+    summary = cfg.get("summary", KEYS["summary"])
+    if summary not in SUMMARY_POSITIONS:
+        raise ConfigError(
+            f"encoder.summary={summary!r} for encoder {name!r}; "
+            f"valid choices: {', '.join(SUMMARY_POSITIONS)}"
+        )
+    if not isinstance(cfg.get("gradient_checkpointing", False), bool):
+        raise ConfigError(
+            f"encoder.gradient_checkpointing={cfg.get('gradient_checkpointing')!r} for "
+            f"encoder {name!r}; valid choices: true, false"
         )
     return cfg

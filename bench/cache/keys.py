@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from bench.cell import CACHE_DEFAULTS
+from bench.data.encoder_inputs import ENCODER_KEYS
 
 #: 3: each file records a checksum of its tensors in its metadata, verified on reading
 #: (2: one file per hidden-state layer; 1: one file per layer set). Entries of an older
@@ -31,7 +32,6 @@ DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch
 #: (same batches, losses equal to 7 digits at first: float rounding amplified by training at
 #: lr 1e-2). float16 halves disk and memory but moved 10 of 32 cells, so it is opt-in.
 DEFAULT_DTYPE = CACHE_DEFAULTS["dtype"]
-ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def tensor_digest(tensors: dict[str, Tensor]) -> str:

@@ -264,6 +264,7 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
                 layers,
                 int(datamodule.eval_batch_size),
                 DTYPES[dtype_name],
+                module.encoder_info.causal,
             ),
             extra,
         )

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from bench.atomic import append_json_line, atomic_write
 from bench.cache.keys import DTYPES, ENCODER_KEYS, FeatureKey, tensor_digest
 from bench.clock import utc_now
+from bench.model.encoders import run_encoder
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +315,7 @@ def encode_split(
     layers: Sequence[int],
     batch_size: int,
     dtype: torch.dtype,
+    causal: bool = False,
 ) -> FlatStates:
     """Run the encoder once over a split and keep the chosen layers' unpadded states.
 
@@ -327,6 +329,8 @@ def encode_split(
         layers: Hidden-state indices to keep.
         batch_size: Examples per forward pass.
         dtype: Storage dtype.
+        causal: Whether the encoder is causal (positions then counted over real tokens:
+            :func:`bench.model.encoders.run_encoder`).
 
     Returns:
         The split's flat states.
@@ -344,7 +348,7 @@ def encode_split(
             [{k: examples[i][k] for k in ENCODER_KEYS if k in examples[i]} for i in rows]
         )
         inputs = {k: batch[k].to(device) for k in ENCODER_KEYS if k in batch}
-        out = encoder(**inputs, output_hidden_states=True, return_dict=True)
+        out = run_encoder(encoder, inputs, causal)
         stacked = torch.stack([out.hidden_states[i] for i in layers], dim=2)  # (B, T, n, H)
         kept = stacked[inputs["attention_mask"].bool()]  # (sum T_b, n, H)
         pieces.append(kept.to(dtype).cpu())

@@ -21,14 +21,13 @@ import torch
 from bench.atomic import atomic_write
 from bench.data.alignment import IGNORE, align_labels, prepare_tokenizer
 from bench.data.conll import conll_file, is_valid_iob2, read_conll
+from bench.data.encoder_inputs import ENCODER_KEYS
 from bench.data.location import load_from_hub
 from bench.data.sequence_datamodule import Columns, Encoded, SplitLoaders
 from bench.data.tasks import SplitSource, TokenTaskSpec
 from bench.errors import DataError
 
 log = logging.getLogger(__name__)
-
-ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def load_token_split(

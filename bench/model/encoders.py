@@ -9,24 +9,29 @@ A source is one of:
 * otherwise a Hugging Face Hub id (``bert-base-uncased``).
 
 The loader also finds out whether the checkpoint carries a *trained* pooler and checks
-that against the encoder config's declaration (``trained``, ``untrained``, ``absent``).
+that against the encoder config's declaration (``trained``, ``untrained``, ``absent``),
+and whether the model is *causal* (each position sees only the ones before it: GPT-2 and
+decoder LMs), in which case a first-token summary is refused: that token has seen nothing.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from bench.axes.encoders import KEYS, validate
+from bench.data.encoder_inputs import ENCODER_KEYS
 from bench.errors import EncoderError
 from bench.model.tiny import build_tiny_model
 
@@ -44,10 +49,14 @@ class EncoderInfo:
         model_type: ``config.model_type`` (``bert``, ``roberta``...).
         hidden_size: Width H of every hidden state.
         num_layers: Number of transformer layers L (hidden states are L + 1 with embeddings).
-        max_positions: Longest input the position embeddings allow.
+        max_positions: Longest input the position embeddings allow (0: no table).
         pooler_declared: The encoder config's declaration.
         pooler_detected: What the checkpoint's weights show.
         trained: False for random-init checkpoints (tiny test models).
+        summary: The token a head's ``pool: cls`` reads: ``first`` or ``last`` real token
+            (``encoder.summary``).
+        causal: True when each position sees only the positions before it (measured
+            on the loaded weights, :func:`is_causal`).
     """
 
     name: str
@@ -60,6 +69,8 @@ class EncoderInfo:
     pooler_declared: str
     pooler_detected: str
     trained: bool
+    summary: str = "first"
+    causal: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict."""
@@ -149,7 +160,14 @@ def load_tokenizer(cfg: dict[str, Any]) -> Any:
         raise EncoderError(
             f"encoder {cfg['name']!r}: cannot load tokenizer from {path}: {err}"
         ) from err
-    tokenizer.padding_side = "right"  # heads read lengths from the mask: right padding only
+    tokenizer.padding_side = "right"  # heads read the mask, so either side works; one is chosen
+    if tokenizer.pad_token is None:  # GPT-2: pad with EOS (masked), no embedding resize
+        if tokenizer.eos_token is None:
+            raise EncoderError(
+                f"encoder {cfg['name']!r}: its tokenizer has neither a pad nor an EOS token "
+                "to pad batches with"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
@@ -164,6 +182,81 @@ def _detect_pooler(model: nn.Module, missing: list[str]) -> str:
     return "untrained" if bool(torch.all(bias == 0)) else "trained"
 
 
+#: Length of the probe :func:`is_causal` runs.
+_PROBE_LENGTH = 6
+
+
+@torch.no_grad()
+def is_causal(model: nn.Module) -> bool:
+    """Whether each position of a loaded model sees only itself and earlier positions.
+
+    Measured rather than looked up: the probe changes the last token of a short random
+    sequence and checks whether the first position's last hidden state moves. That holds
+    for any architecture (GPT-2, Llama/Qwen-style decoders are causal; BERT, RoBERTa,
+    XLNet in fine-tuning mode are not) without a list of model types to keep.
+
+    Args:
+        model: A loaded encoder returning hidden states.
+
+    Returns:
+        True for a causal model.
+    """
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    gen = torch.Generator().manual_seed(0)
+    device = next(model.parameters()).device
+    ids = torch.randint(vocab // 2, vocab, (1, _PROBE_LENGTH), generator=gen).to(device)
+    changed = ids.clone()
+    changed[0, -1] = vocab // 2 + (int(ids[0, -1]) - vocab // 2 + 1) % (vocab - vocab // 2)
+    mask = torch.ones_like(ids)
+    first = [
+        model(input_ids=x, attention_mask=mask).last_hidden_state[0, 0] for x in (ids, changed)
+    ]
+    for module, mode in modes.items():
+        module.training = mode
+    return bool(torch.allclose(first[0], first[1], rtol=0.0, atol=1e-6))
+
+
+def position_ids(attention_mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only: 0 at each row's first real token.
+
+    A causal model given left padding must see its real tokens at positions ``0..n-1``,
+    as without padding; padding positions get 0 (they are masked anyway).
+
+    Args:
+        attention_mask: (B, T) mask, padded on either side.
+
+    Returns:
+        (B, T) int64 positions.
+    """
+    return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _takes_position_ids(encoder: nn.Module) -> bool:
+    params = inspect.signature(encoder.forward).parameters
+    return "position_ids" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def run_encoder(encoder: nn.Module, batch: Mapping[str, Tensor], causal: bool) -> Any:
+    """One encoder forward returning every hidden state.
+
+    Args:
+        encoder: The (possibly LoRA-wrapped) encoder.
+        batch: Padded inputs: ``input_ids``, ``attention_mask``, optional ``token_type_ids``.
+        causal: Whether the encoder is causal (:attr:`EncoderInfo.causal`): it then gets
+            positions counted over real tokens (:func:`position_ids`), so left and right
+            padding give the same states.
+
+    Returns:
+        The model output (``hidden_states``: L + 1 tensors (B, T, H)).
+    """
+    inputs = {k: batch[k] for k in ENCODER_KEYS if k in batch}
+    if causal and _takes_position_ids(encoder):
+        inputs["position_ids"] = position_ids(batch["attention_mask"])
+    return encoder(**inputs, output_hidden_states=True, return_dict=True)
+
+
 def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
     """Load an encoder that returns all hidden states.
 
@@ -176,7 +269,8 @@ def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
 
     Raises:
         ConfigError: For an invalid encoder config (:func:`bench.axes.encoders.validate`).
-        EncoderError: If the source cannot be loaded.
+        EncoderError: If the source cannot be loaded, or a causal model is declared with
+            a first-token summary.
     """
     hf_logging.disable_progress_bar()
     validate(cfg)
@@ -202,6 +296,16 @@ def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
             declared,
             detected,
         )
+    summary = cfg.get("summary", KEYS["summary"])
+    causal = is_causal(model)
+    if causal and summary == "first":
+        raise EncoderError(
+            f"encoder {cfg['name']!r} ({config.model_type}) is causal: its first token has "
+            "seen nothing, so a first-token head would read no input; declare "
+            "`summary: last` in its option file (or encoder.summary=last)"
+        )
+    if cfg.get("gradient_checkpointing", False):
+        model.gradient_checkpointing_enable()
     info = EncoderInfo(
         name=cfg["name"],
         source=cfg["source"],
@@ -209,12 +313,27 @@ def load_encoder(cfg: dict[str, Any]) -> tuple[nn.Module, EncoderInfo]:
         model_type=config.model_type,
         hidden_size=int(config.hidden_size),
         num_layers=int(config.num_hidden_layers),
-        max_positions=int(getattr(config, "max_position_embeddings", 512)),
+        max_positions=max_positions(config),
         pooler_declared=declared,
         pooler_detected=detected,
         trained=not cfg["source"].startswith("tiny:"),
+        summary=summary,
+        causal=causal,
     )
     return model, info
+
+
+def max_positions(config: Any) -> int:
+    """Longest input the position table allows; 0 for none (XLNet's relative positions).
+
+    Args:
+        config: A Hugging Face model config.
+
+    Returns:
+        ``max_position_embeddings`` (GPT-2's ``n_positions``), or 0 when the config has no
+        position table (XLNet reports -1).
+    """
+    return max(0, int(getattr(config, "max_position_embeddings", 0) or 0))
 
 
 def transformer_layers(model: nn.Module) -> nn.ModuleList:
@@ -243,15 +362,19 @@ def embedding_module(model: nn.Module) -> nn.Module:
         model: A Hugging Face encoder.
 
     Returns:
-        The embeddings module.
+        The embeddings module (GPT-2's separate token and position tables as one list).
 
     Raises:
-        EncoderError: If the model has no ``embeddings`` attribute.
+        EncoderError: If the model has no embedding attribute headbench knows.
     """
-    for name in ("embeddings", "embed_tokens"):
+    for name in ("embeddings", "embed_tokens", "word_embedding"):
         module = getattr(model, name, None)
         if isinstance(module, nn.Module):
             return module
+    tables = [getattr(model, name, None) for name in ("wte", "wpe")]  # GPT-2
+    modules = [t for t in tables if isinstance(t, nn.Module)]
+    if len(modules) == len(tables):
+        return nn.ModuleList(modules)
     raise EncoderError(f"cannot find the embeddings of {type(model).__name__}")
 
 

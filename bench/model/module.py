@@ -21,13 +21,11 @@ from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
-from bench.model.encoders import load_encoder, pooler_weights
+from bench.model.encoders import load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
 from bench.model.task_types import task_type
-
-ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class HeadbenchModule(L.LightningModule):
@@ -64,7 +62,9 @@ class HeadbenchModule(L.LightningModule):
         self.encoder, self.encoder_info = load_encoder(encoder)
         info = self.encoder_info
         self.task_type = task_type(self.spec)
-        self.head: nn.Module = self.task_type.build_head(head, info.hidden_size, info.num_layers)
+        self.head: nn.Module = self.task_type.build_head(
+            head, info.hidden_size, info.num_layers, info.summary
+        )
         if head.get("init") == "pretrained":
             self._copy_pretrained_pooler()
         if getattr(self.encoder, "pooler", None) is not None:
@@ -156,9 +156,8 @@ class HeadbenchModule(L.LightningModule):
                 self.encoder, batch["cached_states"], batch["attention_mask"]
             )
             return self.head(hidden_states, batch["attention_mask"])
-        inputs = {k: batch[k] for k in ENCODER_INPUTS if k in batch}
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
-            out = self.encoder(**inputs, output_hidden_states=True, return_dict=True)
+            out = run_encoder(self.encoder, batch, self.encoder_info.causal)
         return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
 
     def _loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:

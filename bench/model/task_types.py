@@ -219,8 +219,10 @@ class TaskType(ABC):
         return self.datamodule_class(self.spec, tokenizer, **kwargs)
 
     @abstractmethod
-    def build_head(self, cfg: dict[str, Any], hidden_size: int, num_layers: int) -> nn.Module:
-        """The head family's head for the ``head`` config (sizes read from the encoder)."""
+    def build_head(
+        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+    ) -> nn.Module:
+        """The head family's head for the ``head`` config (sizes, summary token: the encoder's)."""
 
     @abstractmethod
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -249,9 +251,11 @@ class SequenceTaskType(TaskType):
     datamodule_class = GlueDataModule
     spec: TaskSpec
 
-    def build_head(self, cfg: dict[str, Any], hidden_size: int, num_layers: int) -> nn.Module:
+    def build_head(
+        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+    ) -> nn.Module:
         """A sequence head from :func:`~bench.model.heads.build_head`."""
-        return build_head(cfg, hidden_size, num_layers, self.spec.num_labels)
+        return build_head(cfg, hidden_size, num_layers, self.spec.num_labels, summary)
 
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """Mean squared error for regression (STS-B), else cross-entropy."""
@@ -283,8 +287,10 @@ class TokenTaskType(TaskType):
     datamodule_class = TokenDataModule
     spec: TokenTaskSpec
 
-    def build_head(self, cfg: dict[str, Any], hidden_size: int, num_layers: int) -> nn.Module:
-        """A token head from :func:`~bench.model.heads.build_token_head`."""
+    def build_head(
+        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+    ) -> nn.Module:
+        """A token head from :func:`~bench.model.heads.build_token_head` (no summary token)."""
         return build_token_head(cfg, hidden_size, num_layers, self.spec.label_names)
 
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:

@@ -1,10 +1,20 @@
 """Small random-init encoders built locally, for fast tests and plumbing runs.
 
-``tiny:bert`` is a 4-layer BERT with a WordPiece tokenizer and ``tiny:roberta`` a
-4-layer RoBERTa with a byte-level BPE tokenizer. Both tokenizers are trained with
-``tokenizers`` on local text (the docstrings of a fixed list of standard-library
-modules), so nothing is downloaded. The weights are random (fixed seed): results from
-these models say nothing about real heads and are labelled untrained.
+One per family headbench covers, each 4 layers wide 32, with the family's own kind of
+tokenizer:
+
+- ``tiny:bert`` (WordPiece, ``[CLS] … [SEP]``) and ``tiny:electra`` (the same tokenizer);
+- ``tiny:roberta`` (byte-level BPE, ``<s> … </s>``);
+- ``tiny:gpt2`` (byte-level BPE, no special tokens added and no pad token: GPT-2's
+  tokenizer, which headbench pads with EOS);
+- ``tiny:xlnet`` (a Unigram tokenizer, ``… <sep> <cls>``: the summary token is last);
+- ``tiny:qwen2`` (a Qwen2/Llama-style decoder: rotary positions, grouped-query attention,
+  byte-level BPE with EOS as its pad token).
+
+The tokenizers are trained with ``tokenizers`` on local text (the docstrings of a fixed
+list of standard-library modules), so nothing is downloaded. The weights are random
+(fixed seed): results from these models say nothing about real heads and are labelled
+untrained.
 
 Models are built once into ``$HEADBENCH_CACHE/tiny/`` (default ``~/.cache/headbench``)
 under a name that hashes the corpus and the recipe, and published atomically.
@@ -24,15 +34,23 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from tokenizers.trainers import BpeTrainer, WordPieceTrainer
+from tokenizers.trainers import BpeTrainer, UnigramTrainer, WordPieceTrainer
 from transformers import (
     BertConfig,
     BertModel,
+    ElectraConfig,
+    ElectraModel,
+    GPT2Config,
+    GPT2Model,
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2Model,
     RobertaConfig,
     RobertaModel,
+    XLNetConfig,
+    XLNetModel,
 )
 
 from bench.errors import EncoderError
@@ -71,7 +89,7 @@ _CORPUS_MODULES = (
     "urllib.parse",
     "zipfile",
 )
-FAMILIES = ("bert", "roberta")
+FAMILIES = ("bert", "roberta", "gpt2", "xlnet", "qwen2", "electra")
 
 
 def corpus_lines() -> list[str]:
@@ -155,15 +173,72 @@ def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _build(family: str, lines: list[str], out: Path) -> None:
+def _train_decoder_bpe(lines: list[str], eos: str, pad: bool) -> PreTrainedTokenizerFast:
+    """GPT-2-style byte-level BPE: no special tokens added around the text."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[eos],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(lines, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=eos,
+        eos_token=eos,
+        unk_token=eos,
+        pad_token=eos if pad else None,  # GPT-2 has none; Qwen2 pads with its EOS
+        model_input_names=["input_ids", "attention_mask"],
+        model_max_length=512,
+    )
 
+
+def _train_unigram(lines: list[str]) -> PreTrainedTokenizerFast:
+    """XLNet-style SentencePiece Unigram: ``A <sep> <cls>`` and ``A <sep> B <sep> <cls>``."""
+    specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>"]
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(
+        lines, UnigramTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials, unk_token="<unk>")
+    )
+    sep, cls = tok.token_to_id("<sep>"), tok.token_to_id("<cls>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A:0 <sep>:0 <cls>:2",
+        pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
+        special_tokens=[("<sep>", sep), ("<cls>", cls)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="<sep>",
+        pad_token="<pad>",
+        cls_token="<cls>",
+        mask_token="<mask>",
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        model_max_length=512,
+    )
+
+
+def _family(family: str, lines: list[str]) -> tuple[PreTrainedTokenizerFast, PreTrainedModel]:
+    """The tokenizer and the random-init model (seeded) of one tiny family."""
     config: PretrainedConfig
     model_cls: type[PreTrainedModel]
-    if family == "bert":
+    width = {"hidden_size": ARCH["hidden_size"], "num_hidden_layers": ARCH["num_hidden_layers"]}
+    heads, inner = ARCH["num_attention_heads"], ARCH["intermediate_size"]
+    if family in ("bert", "electra"):
         tokenizer = _train_wordpiece(lines)
-        config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **ARCH)
-        model_cls = BertModel
-    else:
+        config_cls, model_cls = (
+            (BertConfig, BertModel) if family == "bert" else (ElectraConfig, ElectraModel)
+        )
+        extra = {} if family == "bert" else {"embedding_size": ARCH["hidden_size"]}
+        config = config_cls(vocab_size=len(tokenizer), max_position_embeddings=512, **ARCH, **extra)
+    elif family == "roberta":
         tokenizer = _train_bytelevel_bpe(lines)
         config = RobertaConfig(
             vocab_size=len(tokenizer),
@@ -175,8 +250,52 @@ def _build(family: str, lines: list[str], out: Path) -> None:
             **ARCH,
         )
         model_cls = RobertaModel
+    elif family == "gpt2":
+        tokenizer = _train_decoder_bpe(lines, "<|endoftext|>", pad=False)
+        eos = tokenizer.eos_token_id
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=512,
+            n_embd=width["hidden_size"],
+            n_layer=width["num_hidden_layers"],
+            n_head=heads,
+            n_inner=inner,
+            bos_token_id=eos,
+            eos_token_id=eos,
+        )
+        model_cls = GPT2Model
+    elif family == "qwen2":
+        tokenizer = _train_decoder_bpe(lines, "<|endoftext|>", pad=True)
+        config = Qwen2Config(
+            vocab_size=len(tokenizer),
+            max_position_embeddings=512,
+            num_attention_heads=heads,
+            num_key_value_heads=heads // 2,
+            intermediate_size=inner,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **width,
+        )
+        model_cls = Qwen2Model
+    else:  # xlnet
+        tokenizer = _train_unigram(lines)
+        config = XLNetConfig(
+            vocab_size=len(tokenizer),
+            d_model=width["hidden_size"],
+            n_layer=width["num_hidden_layers"],
+            n_head=heads,
+            d_inner=inner,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model_cls = XLNetModel
     torch.manual_seed(0)
-    model = model_cls(config)  # type: ignore[arg-type]  # the config matches model_cls
+    return tokenizer, model_cls(config)  # type: ignore[arg-type]  # the config matches model_cls
+
+
+def _build(family: str, lines: list[str], out: Path) -> None:
+    tokenizer, model = _family(family, lines)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "headbench_tiny.json").write_text(
@@ -188,7 +307,7 @@ def build_tiny_model(family: str) -> Path:
     """Build (once) and return the directory of a tiny random-init encoder.
 
     Args:
-        family: ``bert`` (WordPiece) or ``roberta`` (byte-level BPE).
+        family: One of :data:`FAMILIES` (see the module docstring).
 
     Returns:
         A directory loadable with ``AutoModel`` / ``AutoTokenizer``.

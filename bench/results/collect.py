@@ -71,6 +71,7 @@ TABLE_COLUMNS = [
     "trial",
     "selection_score",
     "git_commit",
+    "summary_token",
 ]
 
 _NUMERIC_COLUMNS = (
@@ -214,6 +215,8 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 _mapping(selection.get("metrics")).get(str(res.get("main_metric")))
             ),
             git_commit=_text(_mapping(res.get("git")).get("commit")),
+            # The token one-token heads read: results before decoders were all first-token.
+            summary_token=_text(_mapping(res.get("encoder_info")).get("summary", "first")),
         )
         best = (res.get("best") or {}).get("metrics") or {}
         if res.get("status") != "ok" or not best:

@@ -129,6 +129,8 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     for column in ("layers", "baseline", "best_constant", "reason", "run_dir", "train_time_s"):
         if column not in out:
             out[column] = np.nan
+    if "summary_token" not in out:  # tables from before decoders: every encoder read [CLS]
+        out["summary_token"] = "first"
     derived = out["task"].map(_main_metric_for).astype(object)
     if "main_metric" in out:
         given = out["main_metric"].astype(object)

@@ -28,6 +28,7 @@ import pandas as pd
 from bench.atomic import atomic_write
 from bench.axes.freezing import freeze_rank
 from bench.axes.heads import head_order
+from bench.data.tasks import get_task
 from bench.results import stats
 from bench.results.collect import collect, read_table
 from bench.results.references import load_references, lookup
@@ -125,6 +126,31 @@ def _bold_best(table: Table, col: int, means: Sequence[float], rows: Sequence[in
 # --------------------------------------------------------------------------- references
 
 
+#: What a one-token head reads, by the encoder's summary token.
+SUMMARY_WORDS = {"first": "the first token ([CLS] / <s>)", "last": "the last real token"}
+
+
+def token_note(table: pd.DataFrame, task: str, encoder: str) -> str:
+    """Which token the one-token heads (``linear``, ``pooler``, ``last4_concat``) read.
+
+    Args:
+        table: Normalised tidy results table (``summary_token`` column).
+        task: The task (token tasks classify every token: no sentence).
+        encoder: The encoder.
+
+    Returns:
+        A sentence for a table's caption, or ``""`` for a token task.
+    """
+    try:
+        if get_task(task).kind == "token":
+            return ""
+    except KeyError:
+        pass  # an unknown task is reported elsewhere; the encoder still read its token
+    tokens = sorted(set(table.loc[table["encoder"] == encoder, "summary_token"].dropna()))
+    read = " and ".join(SUMMARY_WORDS.get(t, t) for t in tokens) or SUMMARY_WORDS["first"]
+    return f"One-token heads read {read}; bilstm and mean_linear read every token."
+
+
 def _reference_note(refs: pd.DataFrame) -> str:
     first = refs.iloc[0]
     inferred = [r["task"] for _, r in refs.iterrows() if "inferred" in r["note"]]
@@ -196,7 +222,7 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
         t = Table(
             title=f"{task} — {encoder}",
             caption=f"{task}, {metric_name(metric)} on {split} (×100), encoder {encoder}: "
-            "rows are heads, columns freezing strategies.",
+            f"rows are heads, columns freezing strategies. {token_note(table, task, encoder)}",
             header=["Head", *freezes],
             align=["l"] + ["r"] * len(freezes),
         )

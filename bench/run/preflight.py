@@ -31,7 +31,7 @@ from bench.axes import encoders, freezing
 from bench.cell import check_identity
 from bench.data import selection, tasks
 from bench.errors import ConfigError, EncoderError
-from bench.model.encoders import load_tokenizer, resolve_source
+from bench.model.encoders import load_tokenizer, max_positions, resolve_source
 from bench.model.task_types import task_type
 from bench.run import search
 from bench.run.allocator import check_malloc_mode
@@ -120,7 +120,7 @@ def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
         "model_type": config.model_type,
         "hidden_size": int(config.hidden_size),
         "num_layers": int(config.num_hidden_layers),
-        "max_positions": int(getattr(config, "max_position_embeddings", 0) or 0),
+        "max_positions": max_positions(config),
     }
 
 

@@ -30,7 +30,11 @@ HEADS: dict[str, type[SequenceHead]] = {
 
 
 def build_head(
-    cfg: dict[str, Any], hidden_size: int, num_layers: int, num_labels: int
+    cfg: dict[str, Any],
+    hidden_size: int,
+    num_layers: int,
+    num_labels: int,
+    summary: str = "first",
 ) -> SequenceHead:
     """Build a head from its config group.
 
@@ -39,6 +43,7 @@ def build_head(
         hidden_size: Encoder width H.
         num_layers: Encoder depth L.
         num_labels: Number of outputs.
+        summary: The encoder's summary token, ``first`` or ``last`` (``encoder.summary``).
 
     Returns:
         The head module.
@@ -47,7 +52,7 @@ def build_head(
         ConfigError: For an unknown head name or an option the head does not take.
     """
     cls, options = head_options(cfg, HEADS, SequenceHead)
-    return cls(hidden_size, num_layers, num_labels, **options)
+    return cls(hidden_size, num_layers, num_labels, summary=summary, **options)
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

@@ -12,11 +12,17 @@ from typing import ClassVar
 
 from torch import Tensor, nn
 
+from bench.axes.encoders import SUMMARY_POSITIONS
 from bench.axes.layers import LayerSpec
 from bench.errors import ConfigError
 from bench.model.heads.classifier import Classifier
 from bench.model.heads.layers import LayerSelect
-from bench.model.heads.pooling import LSTM_POOLS, POOLS, BiLSTMEncoder, masked_pool
+from bench.model.heads.pooling import (
+    LSTM_POOLS,
+    POOLS,
+    BiLSTMEncoder,
+    masked_pool,
+)
 
 LSTM_OPTIONS = frozenset({"lstm", "lstm_hidden", "lstm_layers", "lstm_dropout"})
 
@@ -69,7 +75,7 @@ class SequenceHead(StatesHead):
         layers: Hidden-state indices to read (0 = embeddings, -1 = last layer), or a
             name (``last``, ``concat_last4``, ``sum_all``...) that also sets ``combine``.
         combine: How several layers become one: ``concat``, ``mean``, ``sum``, ``scalar_mix``.
-        pool: ``cls``, ``mean``, ``max``; with ``lstm`` also ``final``.
+        pool: ``cls`` (the summary token), ``mean``, ``max``; with ``lstm`` also ``final``.
         dropout: Dropout in the classifier.
         mlp: Put ``dense → activation → dropout`` before the output layer.
         mlp_hidden: Width of that dense layer (default H).
@@ -78,6 +84,10 @@ class SequenceHead(StatesHead):
         lstm_hidden: Total BiLSTM width (both directions).
         lstm_layers: Stacked BiLSTM layers.
         lstm_dropout: Dropout between stacked BiLSTM layers.
+        summary: Where the encoder family's summary token is (``first`` real token for
+            BERT-style encoders, ``last`` for GPT-2, XLNet and decoder LMs): what
+            ``pool=cls`` reads. Comes from the encoder (``encoder.summary``), never from the
+            head's config.
     """
 
     #: Options a preset sets itself and so does not accept from the config.
@@ -99,8 +109,13 @@ class SequenceHead(StatesHead):
         lstm_hidden: int = 768,
         lstm_layers: int = 1,
         lstm_dropout: float = 0.0,
+        summary: str = "first",
     ) -> None:
         valid_pools = LSTM_POOLS if lstm else POOLS
+        if summary not in SUMMARY_POSITIONS:
+            raise ConfigError(
+                f"encoder.summary={summary!r}; valid choices: {', '.join(SUMMARY_POSITIONS)}"
+            )
         if pool not in valid_pools:
             raise ConfigError(f"head.pool={pool!r}; valid choices: {', '.join(valid_pools)}")
         super().__init__(
@@ -119,16 +134,17 @@ class SequenceHead(StatesHead):
             lstm_dropout=lstm_dropout,
         )
         self.pool = pool
+        self.summary = summary
 
     def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         """Pooled features fed to the classifier, (B, in_dim)."""
         states = self.select(hidden_states)  # (B, T, D)
         if self.lstm is None:
-            return masked_pool(states, attention_mask, self.pool)
+            return masked_pool(states, attention_mask, self.pool, self.summary)
         outputs, final = self.lstm(states, attention_mask)  # (B, T, 2h), (B, 2h)
         if self.pool == "final":
             return final
-        return masked_pool(outputs, attention_mask, self.pool)
+        return masked_pool(outputs, attention_mask, self.pool, self.summary)
 
     def forward(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         """Return logits (B, C) from all hidden states ((L+1) x (B, T, H)) and the mask."""

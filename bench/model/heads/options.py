@@ -12,7 +12,7 @@ from bench.errors import ConfigError
 META_KEYS = ("name", "label")
 # Constructor arguments that come from the encoder and the task, never from the config.
 _SIZE_ARGS = frozenset(
-    {"self", "options", "hidden_size", "num_layers", "num_labels", "label_names"}
+    {"self", "options", "hidden_size", "num_layers", "num_labels", "label_names", "summary"}
 )
 
 
