@@ -12,6 +12,7 @@ import json
 import lightning as L
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
@@ -20,7 +21,7 @@ from bench.model.adaptation import encoder_units
 from bench.model.encoders import load_encoder, load_tokenizer, transformer_layers
 from bench.model.module import HeadbenchModule
 from bench.results.collect import tidy
-from conftest import ENCODERS
+from conftest import CONF, ENCODERS
 
 OPTIM = {
     "encoder_lr": 1e-3,
@@ -349,6 +350,35 @@ def test_lora_targets_default_per_family_and_unknown_names_are_config_errors():
         _module({**LORA, "target_modules": ["query", "q_proj"]})
     custom = _module({**LORA, "target_modules": ["key", "dense"]})
     assert custom.adaptation.record["target_modules"] == ["key", "dense"]
+
+
+@pytest.mark.parametrize(
+    ("option", "targets"), [("tiny_gpt2", ["c_attn"]), ("tiny_qwen2", ["q_proj", "v_proj"])]
+)
+def test_lora_on_decoders_defaults_and_merges_exactly(data_dir, option, targets):
+    """GPT-2's Conv1D (transposed weights) and Qwen2's linear projections take LoRA: with
+    non-zero adapters, merging them into the weights leaves the logits unchanged."""
+    pytest.importorskip("peft")
+    encoder = OmegaConf.to_container(OmegaConf.load(CONF / "encoder" / f"{option}.yaml"))
+    torch.manual_seed(0)
+    module = _module(LORA, encoder=encoder)
+    assert module.adaptation.record["target_modules"] == targets
+    batch = _batch(data_dir, encoder)
+    module._loss(module(batch), batch).backward()
+    with_grad = {n for n, p in module.named_parameters() if p.grad is not None}
+    assert with_grad and all("lora_" in n or n.startswith("head.") for n in with_grad)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+        module.eval()
+        unmerged = module(batch)
+        with module.encoder.disable_adapter():
+            base = module(batch)
+        module.encoder = module.encoder.merge_and_unload()
+        merged = module(batch)
+    assert not torch.allclose(unmerged, base, atol=1e-3)  # the adapters act
+    torch.testing.assert_close(merged, unmerged, atol=1e-5, rtol=1e-4)
 
 
 # --- config ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import lightning as L
 import torch
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
+from transformers.pytorch_utils import Conv1D
 
 from bench.axes.freezing import STRATEGIES, check_k, validate
 from bench.errors import ConfigError
@@ -61,6 +62,13 @@ LORA_TARGETS: dict[str, list[str]] = {
     "deberta": ["in_proj"],
     "distilbert": ["q_lin", "v_lin"],
     "mpnet": ["q", "v"],
+    # Decoders (bench/model/encoders.py: their heads read the last token). GPT-2's fused
+    # query-key-value projection is a transformers Conv1D (weights stored transposed).
+    "gpt2": ["c_attn"],
+    "qwen2": ["q_proj", "v_proj"],
+    "qwen3": ["q_proj", "v_proj"],
+    "llama": ["q_proj", "v_proj"],
+    "mistral": ["q_proj", "v_proj"],
 }
 
 
@@ -300,13 +308,12 @@ class Lora(Adaptation):
                 "freeze=lora needs the optional extra: pip install 'headbench[lora]' (peft)"
             ) from None
         model_type = getattr(self.encoder.config, "model_type", "?")
-        linear = sorted(
-            {
-                n.rsplit(".", 1)[-1]
-                for n, m in self.encoder.named_modules()
-                if isinstance(m, nn.Linear)
-            }
-        )
+        kinds = {
+            n.rsplit(".", 1)[-1]: type(m)
+            for n, m in self.encoder.named_modules()
+            if isinstance(m, nn.Linear | Conv1D)
+        }
+        linear = sorted(kinds)
         targets = self.cfg.get("target_modules") or LORA_TARGETS.get(model_type)
         if not targets:
             raise ConfigError(
@@ -328,6 +335,8 @@ class Lora(Adaptation):
             lora_dropout=dropout,
             target_modules=targets,
             bias="none",
+            # GPT-2's Conv1D stores (in, out) weights: peft must transpose its update
+            fan_in_fan_out=any(kinds[t] is Conv1D for t in targets),
         )
         emb = embedding_module(self.encoder)
         self.encoder = get_peft_model(self.encoder, config)  # freezes all but the adapters
