@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -381,7 +382,7 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         save_strategy="no",
         logging_strategy="no",
         report_to="none",
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),  # the device headbench's side trains on
         seed=args.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
@@ -876,16 +877,72 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def device_record() -> dict[str, Any]:
+    """The device both sides of every comparison train on, as the output file records it.
+
+    Returns:
+        ``kind`` (``cuda`` or ``cpu``); on a GPU also its name, memory, compute capability,
+        the CUDA version torch was built with and the driver version (``nvidia-smi``).
+    """
+    if not torch.cuda.is_available():
+        return {"kind": "cpu"}
+    props = torch.cuda.get_device_properties(0)
+    record: dict[str, Any] = {
+        "kind": "cuda",
+        "name": props.name,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "capability": f"{props.major}.{props.minor}",
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        record["driver"] = out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        record["driver"] = None
+    return record
+
+
+def check_same_device(state: dict[str, Any], device: dict[str, Any], out: Path) -> None:
+    """Refuse to add measurements to a file recorded on another device.
+
+    A rerun resumes the parts already measured; figures from a GPU and from a CPU must
+    never meet in one ratio, so a file whose ``machine.device`` differs is not resumed.
+
+    Raises:
+        SystemExit: Naming both devices and the way out (``--out``).
+    """
+    if not state:
+        return
+    # Files written before devices were recorded were all measured on this project's CPUs.
+    before = (state.get("machine") or {}).get("device") or {"kind": "cpu"}
+    if (before.get("kind"), before.get("name")) != (device.get("kind"), device.get("name")):
+        raise SystemExit(
+            f"{out} was measured on {before.get('name') or before.get('kind')}, this run is on "
+            f"{device.get('name') or device.get('kind')}: figures from two devices are never "
+            "mixed; pass another --out (e.g. results/perf_gpu.json)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the chosen parts, saving each as it finishes, then print the table."""
     args = _parser().parse_args(argv)
     _quiet()
     state: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    device = device_record()
+    check_same_device(state, device, args.out)
     state["machine"] = {
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
+        "device": device,
     }
 
     def save() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+import torch
 
 from benchmarks import perf
 
@@ -248,3 +249,22 @@ def test_the_tables_in_docs_are_what_the_committed_measurements_print():
     )
     assert block is not None
     assert block.group(1).strip() == perf.table(state).strip()
+
+
+def test_a_file_from_another_device_is_never_resumed(tmp_path):
+    """GPU and CPU figures never meet in one ratio: a CPU file refuses a GPU run."""
+    cpu_state = {"machine": {"cpus": 2}}  # before devices were recorded: this project's CPUs
+    gpu = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(SystemExit, match=r"measured on cpu, this run is on NVIDIA H100.*--out"):
+        perf.check_same_device(cpu_state, gpu, tmp_path / "perf.json")
+    perf.check_same_device(cpu_state, {"kind": "cpu"}, tmp_path / "perf.json")
+    perf.check_same_device({}, gpu, tmp_path / "perf_gpu.json")  # a new file: any device
+    gpu_state = {"machine": {"device": gpu}}
+    perf.check_same_device(gpu_state, dict(gpu), tmp_path / "perf_gpu.json")
+    with pytest.raises(SystemExit, match="never mixed"):
+        perf.check_same_device(gpu_state, {"kind": "cuda", "name": "NVIDIA H200"}, tmp_path)
+
+
+def test_the_device_record_names_the_device_both_sides_use():
+    record = perf.device_record()
+    assert record["kind"] == ("cuda" if torch.cuda.is_available() else "cpu")
