@@ -83,10 +83,12 @@ def test_every_dev_example_is_a_row_with_its_label_as_written(collected):
     table = read_predictions(root / "results")
     assert list(table.columns) == PREDICTION_COLUMNS
     for task in GLUE:
-        rows = table[table["task"] == task].sort_values("example")
+        rows = table[(table["task"] == task) & (table["split"] == "dev")].sort_values("example")
         labels = _tsv_labels(data_dir, task)
         assert rows["example"].tolist() == list(range(len(labels)))
-        assert set(rows["split"]) == {"dev"} and set(rows["token"]) == {-1}
+        assert set(rows["token"]) == {-1}
+        # The selection slice (selection=heldout) is there too, under its own split name.
+        assert set(table.loc[table["task"] == task, "split"]) == {"dev", "select"}
         if task == "stsb":
             np.testing.assert_allclose(rows["label"].astype(float), np.asarray(labels, float))
         else:
@@ -106,6 +108,7 @@ def test_metrics_recomputed_from_the_parquet_equal_the_table(collected):
         ]
         return float(row["value"].iloc[0])
 
+    table = table[table.split != "select"]
     sst2 = table[table.task == "sst2"]
     assert np.mean(sst2["label"] == sst2["pred"]) == pytest.approx(
         recorded("sst2", "dev", "accuracy"), abs=1e-6
@@ -140,8 +143,8 @@ def test_a_tampered_prediction_is_refused_and_named(collected, tmp_path, capsys)
     runs = _copy_runs(collected, tmp_path)
     path = runs / "sst2" / "tiny_bert" / "linear" / "frozen" / "seed=1" / "predictions_dev.csv"
     lines = path.read_text().splitlines()
-    idx, label, pred = lines[1].split(",")
-    lines[1] = f"{idx},{label},{1 - int(pred)}"  # one prediction flipped
+    idx, label, pred, p0, p1 = lines[1].split(",")
+    lines[1] = f"{idx},{label},{1 - int(pred)},{p1},{p0}"  # one prediction flipped
     path.write_text("\n".join(lines) + "\n")
     table = collect([runs], tmp_path / "results")
     out = capsys.readouterr().out

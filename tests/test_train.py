@@ -209,7 +209,9 @@ def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
     report = tmp_path / "results" / "report.html"
     assert f"report: {report}" in proc.stdout
     sections = BeautifulSoup(report.read_text(encoding="utf-8"), "html.parser").find_all("section")
-    assert len(sections) == 7
+    # Every section, calibration included (the cells store class probabilities).
+    assert [s["id"] for s in sections][-2:] == ["calibration", "provenance"]
+    assert len(sections) == 8
     launches = read_launch_log([tmp_path / "runs"])
     assert [r["event"] for r in launches] == ["launch"]
     assert launches[0]["command"].startswith("python -m bench -m encoder=tiny_bert task=sst2")

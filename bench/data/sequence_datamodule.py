@@ -426,15 +426,27 @@ class GlueDataModule(SplitLoaders):
 def write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
     """Write ``predictions_<split>.csv`` atomically: ``idx,label,pred`` rows.
 
+    Classification splits that kept class probabilities (a ``prob`` list per example, the
+    softmax of the logits in class-id order) get one more column per class,
+    ``prob_0 ... prob_<C-1>``, written as Python's shortest round-trip float text.
+
     Args:
         run_dir: The cell's directory.
-        predictions: Per split, ``idx``, ``label`` and ``pred`` lists of equal length.
+        predictions: Per split, ``idx``, ``label`` and ``pred`` lists of equal length, and
+            optionally ``prob``: one list of class probabilities per example.
     """
     for split, cols in predictions.items():
 
         def write(handle: Any, cols: dict[str, list[Any]] = cols) -> None:
             writer = csv.writer(handle)
-            writer.writerow(["idx", "label", "pred"])
-            writer.writerows(zip(cols["idx"], cols["label"], cols["pred"], strict=True))
+            probs = cols.get("prob") or []
+            classes = len(probs[0]) if probs else 0
+            writer.writerow(["idx", "label", "pred", *(f"prob_{k}" for k in range(classes))])
+            rows = zip(cols["idx"], cols["label"], cols["pred"], strict=True)
+            if not classes:
+                writer.writerows(rows)
+                return
+            for row, prob in zip(rows, probs, strict=True):
+                writer.writerow([*row, *(repr(float(p)) for p in prob)])
 
         atomic_write(run_dir / f"predictions_{split}.csv", write)

@@ -38,7 +38,8 @@ from bench.model import metrics
 from bench.model.heads import TokenHead, build_head, build_token_head
 from bench.model.ranks import gather_rows
 
-#: What a split's kept predictions look like in the result: ``idx``, ``label``, ``pred`` lists.
+#: What a split's kept predictions look like in the result: ``idx``, ``label``, ``pred`` lists
+#: (classification also ``prob``: the softmax of the logits per example, in class-id order).
 Predictions = dict[str, list[Any]]
 
 
@@ -76,6 +77,9 @@ class Evaluation(nn.Module):
 class SequenceEvaluation(Evaluation):
     """One prediction per example, scored by torchmetrics in the loop (DDP-correct).
 
+    Classification also keeps each example's class probabilities (softmax of the logits,
+    computed in float64) for calibration; they change no metric.
+
     Args:
         spec: The task.
         dev_names: Names of the evaluation splits.
@@ -86,17 +90,21 @@ class SequenceEvaluation(Evaluation):
         self.spec = spec
         self.metrics = nn.ModuleDict({n: metrics.build_metrics(spec) for n in self.dev_names})
         self._outputs: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
+        self._probs: dict[str, list[Tensor]] = {}  # classification: (B, C) float64 per batch
 
     def _metrics(self, name: str) -> MetricCollection:
         return cast(MetricCollection, self.metrics[name])
 
     def update(self, name: str, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> None:
-        """Update the split's metrics and keep ``(idx, label, pred)``."""
+        """Update the split's metrics and keep ``(idx, label, pred)`` (and probabilities)."""
         preds = logits.squeeze(-1) if self.spec.is_regression else logits.argmax(dim=-1)
         self._metrics(name).update(preds, batch["labels"])
         self._outputs.setdefault(name, []).append(
             (batch["idx"].cpu(), batch["labels"].cpu(), preds.detach().cpu())
         )
+        if not self.spec.is_regression:
+            probs = torch.softmax(logits.detach().to(torch.float64), dim=-1)  # (B, C)
+            self._probs.setdefault(name, []).append(probs.cpu())
 
     def scores(self, name: str, world_size: int) -> dict[str, float | None]:
         """The split's metrics; under DDP computed once over the gathered split."""
@@ -115,9 +123,10 @@ class SequenceEvaluation(Evaluation):
     def gather(self) -> None:
         """Lightning's ``DistributedSampler`` pads shards with repeats; ``idx`` tells them apart."""
         for name in self.dev_names:
-            local = self.collect(name)  # this rank's idx, label, pred lists
+            local = self.collect(name)  # this rank's idx, label, pred (and prob) lists
+            probs = local.get("prob", [None] * len(local["idx"]))
             rows = gather_rows(
-                list(zip(local["idx"], local["label"], local["pred"], strict=True)),
+                list(zip(local["idx"], local["label"], local["pred"], probs, strict=True)),
                 key=lambda r: r[0],
             )
             dtype = torch.float32 if self.spec.is_regression else torch.long
@@ -128,18 +137,24 @@ class SequenceEvaluation(Evaluation):
                     torch.tensor([r[2] for r in rows], dtype=dtype),
                 )
             ]
+            if rows and rows[0][3] is not None:  # classification: probabilities travel along
+                self._probs[name] = [torch.tensor([r[3] for r in rows], dtype=torch.float64)]
 
     def collect(self, name: str) -> Predictions:
-        """``idx``, ``label``, ``pred`` per example, in the order seen."""
+        """``idx``, ``label``, ``pred`` per example, in the order seen; ``prob`` lists too."""
         parts = self._outputs.get(name, [])
         if not parts:
             return {"idx": [], "label": [], "pred": []}
         idx, labels, preds = (torch.cat(p).tolist() for p in zip(*parts, strict=True))
-        return {"idx": idx, "label": labels, "pred": preds}
+        kept: Predictions = {"idx": idx, "label": labels, "pred": preds}
+        if self._probs.get(name):
+            kept["prob"] = torch.cat(self._probs[name]).tolist()
+        return kept
 
     def clear(self) -> None:
         """Forget the epoch's predictions (the metrics reset as they are computed)."""
         self._outputs.clear()
+        self._probs.clear()
 
 
 class TokenEvaluation(Evaluation):

@@ -3,16 +3,21 @@
 ``python -m bench.report <results-or-multirun-dir> -o reports/<name>.html`` and, at the
 end of every multirun, the collecting callback (``report_file`` in the config). Sections:
 headline verdicts, heads × freezing, seed spread, cost vs score, layer analysis, learning
-curves, provenance. Figures are embedded SVG; there is no JavaScript.
+curves, calibration (only when the predictions carry class probabilities), provenance;
+sections are numbered by position. Figures are embedded SVG; there is no JavaScript.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.atomic import atomic_write
-from bench.report.context import build_context
+from bench.report.calibration import calibration_section
+from bench.report.context import ReportContext, build_context
 from bench.report.headline import headline_section
+from bench.report.html import Section
 from bench.report.inputs import ReportInputs, load_inputs
 from bench.report.page import render_page
 from bench.report.provenance import provenance_section
@@ -24,15 +29,25 @@ from bench.report.sections import (
     spread_section,
 )
 
-SECTION_BUILDERS = (
+#: The sections in order; a builder that returns None has nothing to show for this source.
+SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     headline_section,
     heads_section,
     spread_section,
     cost_section,
     layer_section,
     curves_section,
+    calibration_section,
     provenance_section,
 )
+
+
+def numbered(sections: list[Section]) -> list[Section]:
+    """The sections with their titles' leading numbers set to their positions (1-based)."""
+    return [
+        Section(s.id, re.sub(r"^\d+\. ", f"{i}. ", s.title), s.body)
+        for i, s in enumerate(sections, start=1)
+    ]
 
 
 def render_report(inputs: ReportInputs, title: str | None = None) -> str:
@@ -47,7 +62,7 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
         f"{len(ctx.palette.freezes)} freezing strategies. All scores ×100 on the dev split "
         "unless marked test."
     )
-    sections = [build(ctx) for build in SECTION_BUILDERS]
+    sections = numbered([s for s in (build(ctx) for build in SECTION_BUILDERS) if s is not None])
     return render_page(title or f"headbench report: {Path(inputs.source).name}", subtitle, sections)
 
 

@@ -23,6 +23,13 @@ from bench.report.headline import headline_comparisons, headline_frame, tested_p
 from bench.report.inputs import load_inputs
 from bench.report.readme import what_ran
 from bench.report.style import task_title
+from bench.results.calibration import (
+    N_BINS,
+    calibration_summary,
+    calibration_tables,
+    has_probabilities,
+)
+from bench.results.predictions import read_predictions
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +77,69 @@ def experiment_finding(source: Path) -> str:
         )
     failed = int(pd.to_numeric(ctx.runs["failed"]).sum())
     text += f". {failed} of {len(ctx.runs)} runs failed against the best constant prediction."
+    calibration = calibration_sentence(ctx.inputs.predictions)
+    if calibration is not None:  # only results whose predictions carry probabilities
+        text += f" {calibration}"
     return text + "\n"
+
+
+def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str | None:
+    """One sentence on calibration: the best-calibrated head per setting, and scaling's effect.
+
+    Definitions and the temperature fit: :mod:`bench.results.calibration`.
+
+    Args:
+        predictions: ``predictions.parquet`` rows of one experiment.
+        split: The reporting split described.
+
+    Returns:
+        The sentence, or None when no prediction of ``split`` carries class probabilities
+        (older results, regression and token tasks).
+    """
+    if not has_probabilities(predictions):
+        return None
+    runs, _ = calibration_tables(predictions)
+    runs = runs[runs["split"] == split]
+    if runs.empty:
+        return None
+    summary = calibration_summary(runs)
+    several = summary["encoder"].nunique() > 1
+    best = []
+    for freeze, group in summary.groupby("freeze_label", sort=False):
+        lowest = group.sort_values("ece_mean").groupby(["task", "encoder"], sort=True).head(1)
+        per_task = ", ".join(
+            f"{task_title(r['task'])}{f' {r.encoder}' if several else ''} `{r['head_label']}` "
+            f"{points(r['ece_mean'])}"
+            for _, r in lowest.sort_values(["task", "encoder"]).iterrows()
+        )
+        best.append(f"{freeze}: {per_task}")
+    text = (
+        f"Calibration on {split} (ECE ×100 over {N_BINS} equal-width confidence bins, "
+        "mean over seeds): lowest — " + "; ".join(best)
+    )
+    scaled = runs.dropna(subset=["temperature"])
+    if scaled.empty:
+        return text + "; temperature scaling unavailable (no selection slice held out)."
+    lowered = int((scaled["ece_ts"] < scaled["ece"]).sum())
+    return text + (
+        f"; temperature scaling fitted on the selection slice lowers ECE in {lowered} of "
+        f"{len(scaled)} runs (mean {points(scaled['ece'].mean())} → "
+        f"{points(scaled['ece_ts'].mean())}; median T "
+        f"{scaled['temperature'].median():.2f})."
+    )
+
+
+def calibration_finding(source: Path, split: str = "dev") -> str | None:
+    """:func:`calibration_sentence` of a results directory (``results/<experiment>``).
+
+    Args:
+        source: The results directory (its ``predictions.parquet``).
+        split: The reporting split described.
+
+    Returns:
+        The sentence, or None when its predictions carry no class probabilities.
+    """
+    return calibration_sentence(read_predictions(source), split)
 
 
 def summary(results: Path = ROOT / "results") -> str:

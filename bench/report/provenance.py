@@ -1,4 +1,4 @@
-"""Section 7: how the numbers were made — command, configs, code, libraries, hardware, cost."""
+"""The last section, provenance: command, configs, code, libraries, hardware, cost."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _distinct(cells: list[dict[str, Any]], key: str) -> list[tuple[str, int]]:
 
 
 def provenance_section(ctx: ReportContext) -> Section:
-    """Build section 7."""
+    """Build the provenance section (the last one)."""
     inputs, cells = ctx.inputs, ctx.inputs.cells
     per_run = inputs.table.drop_duplicates(subset=[*stats.RUN_KEYS, "layers"])
     train_s = float(per_run["train_time_s"].sum(skipna=True))

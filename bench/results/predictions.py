@@ -3,23 +3,36 @@
 Each cell's run directory holds its reporting-split predictions, written when it finished
 (``predictions_<split>.csv`` for GLUE: ``idx,label,pred`` with class ids or STS-B scores;
 ``predictions_<split>.txt`` for CoNLL: ``word gold pred`` lines, a blank line after each
-sentence, sentences in data order). :func:`predictions_table` turns the cells of an
-experiment into ``predictions.parquet``, one row per example (CoNLL: per token):
+sentence, sentences in data order). GLUE classification files made since calibration was
+added carry one more column per class, ``prob_0 ... prob_<C-1>``: the softmax of the
+selected model's logits, in class-id order (the task's ``label_names``); older files without
+them are read as before. Under ``selection=heldout`` a GLUE cell also writes
+``predictions_select.csv``, the selection slice at the selected epoch (``idx`` is the row of
+the train file), which temperature scaling is fitted on (:mod:`bench.results.calibration`).
+
+:func:`predictions_table` turns the cells of an experiment into ``predictions.parquet``, one
+row per example (CoNLL: per token):
 
 - the cell's coordinates :data:`bench.cell.CELL_COLUMNS` and ``config_hash``;
-- ``split`` (``dev``; CoNLL ``dev`` and ``test``; MNLI ``dev_mismatched``);
+- ``split`` (``dev``; CoNLL ``dev`` and ``test``; MNLI ``dev_mismatched``; ``select`` for
+  the selection slice, which is not a reporting split: filter on ``split`` to re-score);
 - ``example``: the 0-based data row of the split's local file, header excluded (the Hub's
-  row order when loaded from the Hub); CoNLL: the 0-based sentence, ``-DOCSTART-`` lines
-  excluded, and ``token``, the 0-based word in it (-1 for sentence tasks);
+  row order when loaded from the Hub; ``select``: the row of the train file); CoNLL: the
+  0-based sentence, ``-DOCSTART-`` lines excluded, and ``token``, the 0-based word in it
+  (-1 for sentence tasks);
 - ``label`` and ``pred`` as text: the label as written in the data files (SST-2 ``0``/``1``,
   RTE ``entailment``/``not_entailment``, CoNLL IOB2 tags); STS-B scores as decimal text
-  (``float(label)`` gives the score back).
+  (``float(label)`` gives the score back);
+- ``probs``: the class probabilities as a list of floats in class-id order
+  (:func:`label_texts` gives each class's label text), or null where the cell stored none
+  (STS-B regression, CoNLL token tasks, files from before probabilities were stored).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,45 +40,86 @@ from typing import Any
 import pandas as pd
 
 from bench.cell import CELL_COLUMNS
+from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.data.text_lines import read_text
 from bench.errors import DataError
 
 #: The columns of ``predictions.parquet``.
-PREDICTION_COLUMNS = [*CELL_COLUMNS, "config_hash", "split", "example", "token", "label", "pred"]
+PREDICTION_COLUMNS = [
+    *CELL_COLUMNS,
+    "config_hash",
+    "split",
+    "example",
+    "token",
+    "label",
+    "pred",
+    "probs",
+]
 PREDICTIONS_FILE = "predictions.parquet"
+#: How far a row's probabilities may sum from 1 (float64 softmax sums to 1 within 1e-15).
+PROB_SUM_TOLERANCE = 1e-6
+_BASE_HEADER = ["idx", "label", "pred"]
+
+#: One prediction row: example, token, label, pred, class probabilities (or None).
+Row = tuple[int, int, str, str, list[float] | None]
 
 
-def _raw_names(spec: TaskSpec) -> list[str]:
-    """Class id → the label as written in the TSV files (``0``/``1`` or the name itself)."""
+def label_texts(spec: TaskSpec) -> list[str]:
+    """Class id → the label as written in the TSV files (``0``/``1`` or the name itself).
+
+    Args:
+        spec: A classification task.
+
+    Returns:
+        The label text of every class, in class-id order (the order of ``probs``).
+    """
     raw = {name: text for text, name in spec.tsv_label_map.items()}
     return [raw.get(name, name) for name in spec.label_names]
 
 
-def _glue_rows(path: Path, spec: TaskSpec) -> list[tuple[int, int, str, str]]:
-    """``(example, token, label, pred)`` rows of one ``predictions_<split>.csv``."""
-    names = None if spec.is_regression else _raw_names(spec)
-    rows = []
+def _probabilities(row: dict[str, str], classes: int, pred: int) -> list[float]:
+    """A row's ``prob_k`` columns, checked: finite, in [0, 1], summing to 1, argmax = pred."""
+    probs = [float(row[f"prob_{k}"]) for k in range(classes)]
+    if not all(math.isfinite(p) and 0.0 <= p <= 1.0 for p in probs):
+        raise ValueError(f"probabilities must be finite and in [0, 1], found {probs}")
+    if abs(math.fsum(probs) - 1.0) > PROB_SUM_TOLERANCE:
+        raise ValueError(f"probabilities sum to {math.fsum(probs)!r}, not 1")
+    if max(range(classes), key=lambda k: (probs[k], -k)) != pred:
+        raise ValueError(f"the most probable class is not pred={pred} ({probs})")
+    return probs
+
+
+def _glue_rows(path: Path, spec: TaskSpec) -> list[Row]:
+    """``(example, token, label, pred, probs)`` rows of one ``predictions_<split>.csv``."""
+    names = None if spec.is_regression else label_texts(spec)
+    with_probs = [*_BASE_HEADER, *(f"prob_{k}" for k in range(len(names or [])))]
+    rows: list[Row] = []
     reader = csv.DictReader(io.StringIO(read_text(path)))
-    if reader.fieldnames != ["idx", "label", "pred"]:
-        raise DataError(f"{path}: expected the header idx,label,pred, found {reader.fieldnames}")
+    if reader.fieldnames not in (_BASE_HEADER, with_probs):
+        expected = " or ".join(dict.fromkeys([",".join(_BASE_HEADER), ",".join(with_probs)]))
+        raise DataError(f"{path}: expected the header {expected}, found {reader.fieldnames}")
+    stored = reader.fieldnames == with_probs and names is not None
     for line, row in enumerate(reader, start=2):
         try:
             example = int(row["idx"])
+            probs = None
             if names is None:
                 label, pred = repr(float(row["label"])), repr(float(row["pred"]))
             else:
                 label, pred = names[int(row["label"])], names[int(row["pred"])]
+                if stored:
+                    probs = _probabilities(row, len(names), int(row["pred"]))
         except (TypeError, ValueError, IndexError) as err:
             raise DataError(f"{path}:{line}: unreadable prediction row ({err})") from None
-        rows.append((example, -1, label, pred))
+        rows.append((example, -1, label, pred, probs))
     return rows
 
 
-def _conll_rows(path: Path, spec: TokenTaskSpec) -> list[tuple[int, int, str, str]]:
+def _conll_rows(path: Path, spec: TokenTaskSpec) -> list[Row]:
     """``(sentence, token, gold, pred)`` rows of one ``predictions_<split>.txt``."""
     tags = set(spec.label_names)
-    rows: list[tuple[int, int, str, str]] = []
+    rows: list[Row] = []
     sentence, token = 0, 0
     for line, text in enumerate(read_text(path).split("\n"), start=1):
         if not text.strip():
@@ -75,7 +129,7 @@ def _conll_rows(path: Path, spec: TokenTaskSpec) -> list[tuple[int, int, str, st
         parts = text.split(" ")
         if len(parts) != 3 or parts[1] not in tags or parts[2] not in tags:
             raise DataError(f"{path}:{line}: expected 'word gold pred' with IOB2 tags")
-        rows.append((sentence, token, parts[1], parts[2]))
+        rows.append((sentence, token, parts[1], parts[2], None))
         token += 1
     return rows
 
@@ -91,6 +145,14 @@ def prediction_files(run_dir: str | Path, task: str) -> dict[str, Path]:
     }
 
 
+def selection_file(run_dir: str | Path, task: str) -> Path | None:
+    """The cell's ``predictions_select.csv`` (GLUE under ``selection=heldout``), if it wrote one."""
+    if isinstance(ALL_TASKS[task], TokenTaskSpec):
+        return None
+    path = Path(run_dir) / f"predictions_{SELECTION_SPLIT}.csv"
+    return path if path.is_file() else None
+
+
 def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
     """One cell's predictions as rows of :data:`PREDICTION_COLUMNS`.
 
@@ -98,7 +160,8 @@ def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
         result: A collected result (with ``run_dir``, ``cell``, ``config_hash``).
 
     Returns:
-        The cell's rows, every reporting split it wrote.
+        The cell's rows, every reporting split it wrote, then the selection slice's
+        (``split == "select"``) when it wrote one.
 
     Raises:
         DataError: When the task is unknown, the cell wrote no prediction file for a split
@@ -121,12 +184,15 @@ def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
             f"{result['run_dir']}: no prediction files "
             f"(looked for predictions_<split>.{'txt' if spec.kind == 'token' else 'csv'})"
         )
+    selecting = selection_file(result["run_dir"], spec.name)
+    if selecting is not None:
+        files = {**files, SELECTION_SPLIT: selecting}
     frames = []
     for split, path in files.items():
         rows = (
             _conll_rows(path, spec) if isinstance(spec, TokenTaskSpec) else _glue_rows(path, spec)
         )
-        frame = pd.DataFrame(rows, columns=["example", "token", "label", "pred"])
+        frame = pd.DataFrame(rows, columns=["example", "token", "label", "pred", "probs"])
         frame.insert(0, "split", split)
         frames.append(frame)
     out = pd.concat(frames, ignore_index=True)
@@ -166,4 +232,7 @@ def read_predictions(out_dir: str | Path) -> pd.DataFrame:
     path = Path(out_dir) / PREDICTIONS_FILE
     if not path.is_file():
         return predictions_table([])
-    return pd.read_parquet(path)
+    table = pd.read_parquet(path)
+    if "probs" not in table:  # written before probabilities were stored
+        table["probs"] = None
+    return table[PREDICTION_COLUMNS]

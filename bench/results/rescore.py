@@ -24,6 +24,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bench.data.ner_metrics import entity_scores
+from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.errors import DataError
 from bench.results.predictions import cell_predictions
@@ -71,8 +72,25 @@ def rescore(task: str, rows: pd.DataFrame) -> dict[str, float | None]:
     return dict(sequence_scores(spec, rows["label"], rows["pred"]))
 
 
+def _recorded(result: dict[str, Any], predictions: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Recorded metrics per split: reporting splits, and the selection slice where it has rows."""
+    recorded = dict((result.get("best") or {}).get("metrics") or {})
+    selection = result.get("selection") or {}
+    if (
+        selection.get("split") == SELECTION_SPLIT
+        and isinstance(selection.get("metrics"), dict)
+        and (predictions["split"] == SELECTION_SPLIT).any()
+    ):
+        recorded[SELECTION_SPLIT] = selection["metrics"]
+    return recorded
+
+
 def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
-    """Metrics recorded in ``result["best"]`` that its predictions do not reproduce.
+    """Metrics recorded in ``result`` that its predictions do not reproduce.
+
+    The reporting splits' metrics (``result["best"]``) and, where the cell wrote the
+    selection slice's predictions, the selected epoch's selection scores
+    (``result["selection"]["metrics"]``).
 
     Args:
         result: A collected ``ok`` result.
@@ -83,7 +101,7 @@ def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
     """
     task = str(result["cell"]["task"])
     problems = []
-    for split, recorded in ((result.get("best") or {}).get("metrics") or {}).items():
+    for split, recorded in _recorded(result, predictions).items():
         rows = predictions[predictions["split"] == split]
         if rows.empty:
             problems.append(f"{split}: no predictions")

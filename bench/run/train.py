@@ -24,6 +24,7 @@ from bench.cache.serve import StatesCollate, serve_features
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
 from bench.clock import utc_now
 from bench.data.baselines import best_constant
+from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import get_task
 from bench.errors import DivergedError, HeadbenchError
 from bench.model.encoders import load_tokenizer
@@ -198,6 +199,10 @@ def _train(
         )
     if predictions:
         kind.write_predictions(run_dir, predictions, datamodule)
+        selecting = module.best["predictions"].get(SELECTION_SPLIT)
+        if datamodule.heldout and spec.kind == "sequence" and selecting is not None:
+            # The held-out slice at the selected epoch (probabilities: temperature scaling).
+            kind.write_predictions(run_dir, {SELECTION_SPLIT: selecting}, datamodule)
 
 
 def run(
