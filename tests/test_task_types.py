@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -40,7 +41,15 @@ def test_sequence_evaluation_scores_and_collects_a_split():
     assert kind.loss(torch.nn.Identity(), logits, batch) > 0
     evaluation.update("dev", torch.nn.Identity(), logits, batch)
     assert evaluation.scores("dev", world_size=1)["accuracy"] == pytest.approx(2 / 3)
-    assert evaluation.collect("dev") == {"idx": [7, 8, 9], "label": [0, 1, 0], "pred": [0, 1, 1]}
+    kept = evaluation.collect("dev")
+    assert {k: kept[k] for k in ("idx", "label", "pred")} == {
+        "idx": [7, 8, 9],
+        "label": [0, 1, 0],
+        "pred": [0, 1, 1],
+    }
+    high = math.exp(2) / (math.exp(2) + 1)  # classification also keeps softmax probabilities
+    expected = [[high, 1 - high], [1 - high, high], [1 - high, high]]
+    assert [pytest.approx(row, abs=1e-15) for row in expected] == kept["prob"]
     evaluation.clear()
     assert evaluation.collect("dev") == {"idx": [], "label": [], "pred": []}
 
