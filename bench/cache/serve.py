@@ -33,6 +33,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from bench.axes.layers import normalise_layers
 from bench.cache.keys import DEFAULT_DTYPE, DTYPES, FeatureKey, inputs_digest, weights_digest
+from bench.cache.resident import DEFAULT_RESIDENT_MAX_GB, ResidentSplit, resident_device
 from bench.cache.store import FeatureStore, FlatStates, encode_split
 from bench.data.token_cache import tokenizer_digest
 from bench.errors import ConfigError
@@ -187,7 +188,7 @@ class ServedFeatures:
 
     record: dict[str, Any]
     plan: FeaturePlan | None = None
-    splits: dict[str, CachedSplit] = field(default_factory=dict)
+    splits: dict[str, Any] = field(default_factory=dict)  # CachedSplit or ResidentSplit
 
 
 def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> ServedFeatures:
@@ -271,6 +272,7 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
         (misses if built else hits).append(split)
         stored.update(built)
         served[split] = CachedSplit(examples, flat)
+    resident = _make_resident(served, cfg)
     record = {
         "enabled": True,
         "hits": hits,
@@ -282,5 +284,22 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
         "dtype": dtype_name,
         "dir": str(store.root),
         "rebuilt": store.damaged,
+        "resident": resident,
     }
     return ServedFeatures(record, plan, served)
+
+
+def _make_resident(served: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """Swap the cached splits for resident ones where ``cache.resident`` says so (in place).
+
+    Returns:
+        ``{"device", "gb"}`` for the record, or None when the splits stay examples.
+    """
+    max_gb = float(cfg.get("resident_max_gb") or DEFAULT_RESIDENT_MAX_GB)
+    device = resident_device(served, cfg.get("resident", "auto"), max_gb)
+    if device is None:
+        return None
+    for name, split in list(served.items()):
+        served[name] = ResidentSplit(split, device)
+    size = sum(split.nbytes() for split in served.values())
+    return {"device": str(device), "gb": round(size / 2**30, 3)}

@@ -357,7 +357,7 @@ class SplitLoaders(L.LightningDataModule):
         assert self.train is not None, "call setup() first"
         sampler: Any = None
         if self.group_by_length:
-            lengths = [len(self.train[i]["input_ids"]) for i in range(len(self.train))]
+            lengths = _lengths(self.train)
             if self.group_by_length == "bucket":
                 sampler = BucketedLengthSampler(lengths, self.batch_size)
             else:
@@ -367,8 +367,7 @@ class SplitLoaders(L.LightningDataModule):
             batch_size=self.batch_size,
             shuffle=sampler is None,
             sampler=sampler,
-            collate_fn=self._batch,
-            num_workers=self.num_workers,
+            **self._collation(self.train),
         )
 
     def _stratify(self) -> str | None:
@@ -382,9 +381,19 @@ class SplitLoaders(L.LightningDataModule):
             self.dev[name],
             batch_size=self.eval_batch_size,
             shuffle=False,
-            collate_fn=self._batch,
-            num_workers=self.num_workers,
+            **self._collation(self.dev[name]),
         )
+
+    def _collation(self, dataset: Any) -> dict[str, Any]:
+        """How a split's items become batches: its own collate, or this module's.
+
+        A resident split (:mod:`bench.cache.resident`) gathers its batches on its device,
+        in this process (no worker processes).
+        """
+        own = getattr(dataset, "collate", None)
+        if own is not None:
+            return {"collate_fn": own, "num_workers": 0}
+        return {"collate_fn": self._batch, "num_workers": self.num_workers}
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per split evaluated every epoch (:attr:`eval_names`)."""
@@ -421,6 +430,13 @@ class GlueDataModule(SplitLoaders):
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
+
+
+def _lengths(dataset: Any) -> list[int]:
+    """Each example's token count: from the split itself when it knows them (resident)."""
+    if hasattr(dataset, "lengths"):
+        return list(dataset.lengths())
+    return [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
 
 
 def write_predictions(run_dir: Path, predictions: dict[str, dict[str, list[Any]]]) -> None:
