@@ -83,8 +83,9 @@ def what_ran(ctx: ReportContext) -> str:
     missing = missing_cells(runs)
     if missing:
         text += (
-            f" **Incomplete grid**: {missing} cells of the grid these results span (every head "
-            "and seed seen under a freezing strategy, on each of its tasks) are absent, "
+            f" **Incomplete grid**: {missing} {'cell' if missing == 1 else 'cells'} of the grid "
+            "these results span (every head and seed seen under a freezing strategy, on each "
+            f"of its tasks) {'is' if missing == 1 else 'are'} absent, "
             "because the experiment is still running or they never ran; every comparison "
             "below uses only the cells present."
         )
