@@ -68,9 +68,7 @@ def test_resident_choices_and_token_tasks(data_dir):
         resident_device(splits, "yes", 8.0)
 
 
-@pytest.mark.parametrize(
-    ("head", "grouping"), [("linear", "bucket"), ("last4_concat", "false")]
-)
+@pytest.mark.parametrize(("head", "grouping"), [("linear", "bucket"), ("last4_concat", "false")])
 def test_a_frozen_cell_trains_the_same_resident_or_not(
     compose_cfg, data_dir, tmp_path, head, grouping
 ):
