@@ -142,9 +142,8 @@ def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
-
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
+def _bytelevel_bpe(lines: list[str], specials: list[str]) -> Tokenizer:
+    """A byte-level BPE model trained on ``lines``, the ``specials`` first in its vocabulary."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -154,6 +153,12 @@ def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(lines, trainer)
+    return tok
+
+
+def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
+
+    tok = _bytelevel_bpe(lines, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])  # RoBERTa's 0..4
     sep, cls = tok.token_to_id("</s>"), tok.token_to_id("<s>")
     assert sep is not None and cls is not None, "the trainer adds the special tokens"
     tok.post_processor = processors.RobertaProcessing(
@@ -175,15 +180,7 @@ def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
 
 def _train_decoder_bpe(lines: list[str], eos: str, pad: bool) -> PreTrainedTokenizerFast:
     """GPT-2-style byte-level BPE: no special tokens added around the text."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=[eos],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(lines, trainer)
+    tok = _bytelevel_bpe(lines, [eos])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=eos,
