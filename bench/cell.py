@@ -5,7 +5,9 @@ freezing strategy × seed. Everything else derives from the composed config here
 
 - :func:`cell_of`: the identity columns every table is keyed by (:data:`CELL_COLUMNS`);
 - :func:`cell_path`: the run directory below the sweep root,
-  ``task/encoder/head_label/freeze_label/seed=N`` (never a timestamp);
+  ``task/encoder/head_label/freeze_label/seed=N`` (never a timestamp), with the optional
+  axes of :data:`AXIS_COLUMNS` where a cell sets them
+  (``.../train_size=400/seed=N-order=M``);
 - :func:`config_hash`: a content hash of everything that changes a cell's numbers, which
   resume compares with the stored result (recipe :data:`HASH_RECIPE`);
 - :data:`RESULT_FILE` and :data:`RESULT_SCHEMA`: the file each cell writes and its version.
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.axes.freezing import STRATEGIES
 from bench.axes.layers import describe_layers
+from bench.axes.optional import PATH_AXES, leaf_dir
 from bench.errors import ConfigError
 
 #: The file each cell writes, atomically, into its run directory.
@@ -127,21 +130,42 @@ def check_identity(cfg: DictConfig) -> None:
         hint = "; e.g. seed=1, or seed=1,2,3 with -m" if "seed" in missing else ""
         raise ConfigError(f"{', '.join(missing)}: required, no value given{hint}")
     low, high = SEED_RANGE
-    for key in ("seed", "data_seed"):
+    for key in ("seed", "data_seed", "order_seed"):
         value = OmegaConf.select(cfg, key, default=0)
+        if key == "order_seed" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{key}={value!r}: must be an integer from {low} to {high}")
+    path_axes(cfg)
     for key in PATH_KEYS:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None:
             check_name(key, value)
 
 
+def path_axes(cfg: DictConfig) -> list[str]:
+    """The optional axes a config lists in ``axes`` (each a level of its run directory).
+
+    Raises:
+        ConfigError: For a value that is not a list of names from :data:`PATH_AXES`.
+    """
+    node = OmegaConf.select(cfg, "axes", default=None)
+    listed = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    if listed is None:
+        return []
+    if not isinstance(listed, list) or any(a not in PATH_AXES for a in listed):
+        raise ConfigError(
+            f"axes={listed!r}: must be a list of optional axes; valid: {', '.join(PATH_AXES)} "
+            "(order_seed names its cells whenever it is set)"
+        )
+    return [str(a) for a in listed]
+
+
 def cell_of(cfg: DictConfig) -> dict[str, Any]:
     """The grid coordinates of a config: task, encoder, head, freeze, seed (plus labels).
 
     ``layers`` is the head's layer choice: its name (``concat_last4``) or the indices
-    (``-1``; ``-4,-3,-2,-1:concat``).
+    (``-1``; ``-4,-3,-2,-1:concat``). The optional axes (:data:`AXIS_COLUMNS`) follow.
     """
     layers = cfg.head.get("layers", -1)
     if OmegaConf.is_config(layers):
@@ -155,13 +179,19 @@ def cell_of(cfg: DictConfig) -> dict[str, Any]:
         "freeze": cfg.freeze.name,
         "freeze_label": cfg.freeze.get("label", cfg.freeze.name),
         "seed": int(cfg.seed),
+        "train_size": OmegaConf.select(cfg, "data.train_size", default=None),
+        "order_seed": OmegaConf.select(cfg, "order_seed", default=None),
     }
 
 
 def cell_path(cfg: DictConfig) -> str:
-    """Run directory of a cell relative to the sweep root: ``task/encoder/head/freeze/seed=N``."""
+    """Run directory of a cell relative to the sweep root: ``task/encoder/head/freeze/seed=N``.
+
+    With the optional axes where the cell sets them (:func:`leaf_dir`).
+    """
     c = cell_of(cfg)
-    return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/seed={c['seed']}"
+    leaf = leaf_dir(c["seed"], c["order_seed"], c["train_size"], path_axes(cfg))
+    return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/{leaf}"
 
 
 def _plain(node: Any) -> dict[str, Any] | None:
@@ -200,6 +230,9 @@ def config_hash(cfg: DictConfig) -> str:
     search = _plain(cfg.get("search"))
     if search and int(search.get("trials") or 0) > 0:
         hashed["search"] = search
+    order_seed = cfg.get("order_seed")
+    if order_seed is not None:  # added with the seed split: None is the old behaviour
+        hashed["order_seed"] = order_seed
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
         changed = {

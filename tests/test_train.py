@@ -57,6 +57,8 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
         "freeze": "frozen",
         "freeze_label": "frozen",
         "seed": 1,
+        "train_size": cfg.data.train_size,
+        "order_seed": None,
     }
     assert [h["epoch"] for h in on_disk["history"]] == [0, 1]
     assert all(h["train_loss"] is not None for h in on_disk["history"])

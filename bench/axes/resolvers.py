@@ -6,6 +6,8 @@
 - ``${hb.by_task_kind:task,sequence_value,token_value}``: one value for sequence tasks
   (GLUE) and another for token tasks (CoNLL-2003), e.g. a head's ``pool`` (a token head
   classifies every token, so nothing is pooled);
+- ``${hb.leaf_dir:seed,order_seed,train_size,axes}``: :func:`bench.axes.optional.leaf_dir`, the run
+  directory below the freezing label (``seed=1``, ``train_size=400/seed=1-order=2``);
 - ``${hb.data_dir:}``: the data directory when ``data.dir`` is not set
   (:func:`bench.data.location.default_data_dir`: ``$HEADBENCH_DATA``, else
   ``../shared/data`` beside the checkout, else null for the Hub).
@@ -22,6 +24,7 @@ from omegaconf import OmegaConf
 
 from bench.axes.freezing import freeze_label
 from bench.axes.heads import head_label
+from bench.axes.optional import leaf_dir
 from bench.data.location import default_data_dir
 from bench.data.tasks import validate as validate_task
 
@@ -52,10 +55,15 @@ def _data_dir(*_: Any) -> str | None:
     return default_data_dir()
 
 
+def _leaf_dir(seed: Any, order_seed: Any, train_size: Any, axes: Any) -> str:
+    return leaf_dir(seed, order_seed, train_size, _plain(axes))
+
+
 RESOLVERS: dict[str, Callable[..., Any]] = {
     "hb.head_label": _head_label,
     "hb.freeze_label": _freeze_label,
     "hb.by_task_kind": by_task_kind,
+    "hb.leaf_dir": _leaf_dir,
     "hb.data_dir": _data_dir,
 }
 

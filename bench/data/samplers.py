@@ -6,8 +6,8 @@ still mixes lengths from one mega-batch. Bucketing sorts the whole training spli
 noisy length (each length times ``1 + u``, ``u`` uniform in ``[-noise, noise]``, the
 ``padding_noise`` of AllenNLP's ``BucketBatchSampler``), cuts it into batches and shuffles
 the batches: far less padding, while the noise and the shuffle still give every epoch other
-batches in another order. The order comes from torch's global generator, which
-``seed_everything`` seeds, so a seed gives the same batches.
+batches in another order. The order comes from the given generator (``order_seed``), else
+from torch's global one, which ``seed_everything`` seeds, so a seed gives the same batches.
 """
 
 from __future__ import annotations
@@ -28,9 +28,16 @@ class BucketedLengthSampler(Sampler[int]):
         lengths: Token count of every example.
         batch_size: The training batch size.
         noise: Relative length noise (0: plain sort, ties in random order).
+        generator: Where the random numbers come from (None: torch's global generator).
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, noise: float = 0.1) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        noise: float = 0.1,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be at least 1")
         if not 0 <= noise < 1:
@@ -38,6 +45,7 @@ class BucketedLengthSampler(Sampler[int]):
         self.lengths = torch.as_tensor(lengths, dtype=torch.float64)
         self.batch_size = batch_size
         self.noise = noise
+        self.generator = generator
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -47,12 +55,16 @@ class BucketedLengthSampler(Sampler[int]):
         if n == 0:
             return iter(())
         # A random permutation first, so that a stable sort breaks ties at random too.
-        perm = torch.randperm(n)
-        jitter = 1 + self.noise * (2 * torch.rand(n, dtype=torch.float64) - 1)
+        perm = torch.randperm(n, generator=self.generator)
+        jitter = 1 + self.noise * (
+            2 * torch.rand(n, dtype=torch.float64, generator=self.generator) - 1
+        )
         order = perm[torch.sort(self.lengths[perm] * jitter, stable=True).indices]
         buckets = list(torch.split(order, self.batch_size))
         short = buckets.pop() if n % self.batch_size else None
-        shuffled = [buckets[i] for i in torch.randperm(len(buckets)).tolist()]
+        shuffled = [
+            buckets[i] for i in torch.randperm(len(buckets), generator=self.generator).tolist()
+        ]
         if short is not None:
             shuffled.append(short)
         return iter(torch.cat(shuffled).tolist()) if shuffled else iter(())

@@ -15,6 +15,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -164,6 +165,13 @@ def tokenize(
     return Encoded(examples, n_truncated)
 
 
+def order_generator(order_seed: int | None) -> torch.Generator | None:
+    """The generator of the training batch order: seeded by ``order_seed``, or None (global)."""
+    if order_seed is None:
+        return None
+    return torch.Generator().manual_seed(int(order_seed))
+
+
 class SplitLoaders(L.LightningDataModule):
     """What the data modules share: arguments, load → subset → tokenize once, the loaders.
 
@@ -191,6 +199,11 @@ class SplitLoaders(L.LightningDataModule):
             ``{"name": "heldout", "size": n}`` carves the evaluation split ``select`` out of
             train, and the reporting splits are only served by :meth:`report_dataloaders`;
             ``{"name": "dev"}`` (or None: the old behaviour) selects on the reporting splits.
+        order_seed: Seed of the training batch order alone: the shuffle (or the
+            length-grouped sampler) draws from a generator of its own, so the order is the
+            same whatever the training seed and the model drew before. None: from torch's
+            global generator, which the training seed seeds (the order then also depends on
+            how many random numbers initialising the head took).
     """
 
     def __init__(
@@ -207,6 +220,7 @@ class SplitLoaders(L.LightningDataModule):
         group_by_length: bool | str = False,
         token_cache_dir: str | Path | None = None,
         selection: Mapping[str, Any] | None = None,
+        order_seed: int | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -221,6 +235,7 @@ class SplitLoaders(L.LightningDataModule):
         self.group_by_length = group_by_length
         self.token_cache_dir = token_cache_dir
         self.selection = dict(selection or {"name": "dev"})
+        self.order_seed = order_seed
         if self.selection.get("name") not in MODES:
             raise ConfigError(
                 f"selection.name={self.selection.get('name')!r}; valid choices: {', '.join(MODES)}"
@@ -353,20 +368,28 @@ class SplitLoaders(L.LightningDataModule):
             self.dev[name] = self._encode_once(columns, f"{self.spec.name} {name}", name)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled training batches (order from the global seed), length-grouped if asked."""
+        """Shuffled training batches, length-grouped if asked.
+
+        The order comes from ``order_seed``'s own generator when it is set, else from the
+        global one (seeded by the training seed).
+        """
         assert self.train is not None, "call setup() first"
+        generator = order_generator(self.order_seed)
         sampler: Any = None
         if self.group_by_length:
             lengths = _lengths(self.train)
             if self.group_by_length == "bucket":
-                sampler = BucketedLengthSampler(lengths, self.batch_size)
+                sampler = BucketedLengthSampler(lengths, self.batch_size, generator=generator)
             else:
-                sampler = LengthGroupedSampler(self.batch_size, lengths=lengths)
+                sampler = LengthGroupedSampler(
+                    self.batch_size, lengths=lengths, generator=generator
+                )
         return DataLoader(
             self.train,
             batch_size=self.batch_size,
             shuffle=sampler is None,
             sampler=sampler,
+            generator=generator if sampler is None else None,
             **self._collation(self.train),
         )
 

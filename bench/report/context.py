@@ -35,12 +35,13 @@ class ReportContext:
     multi_encoder: bool
 
     def sort_key(self, keys: tuple) -> tuple:
-        """Order (task, encoder, head_label, freeze_label) by task, encoder, freeze, head."""
-        task, encoder, head, freeze = keys
+        """Order setting keys by task, encoder, training size (if given), freeze, head."""
+        task, encoder, head, freeze, *rest = keys
         heads, freezes = self.palette.heads, self.palette.freezes
         return (
             str(task),
             str(encoder),
+            *rest,
             freezes.index(freeze) if freeze in freezes else len(freezes),
             heads.index(head) if head in heads else len(heads),
         )

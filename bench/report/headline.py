@@ -456,7 +456,7 @@ def evp_trials_parts(ctx: ReportContext) -> list[str]:
     fig = figures.evp_trial_curves(evp, ctx.palette, ctx.multi_encoder)
     rows = []
     for keys, group in evp.groupby(stats.GROUP_KEYS, sort=True):
-        task, encoder, head, freeze = keys
+        task, encoder, head, freeze, _ = keys
         by_n = group.set_index("n_trials")
         rows.append(
             [

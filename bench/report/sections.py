@@ -65,7 +65,7 @@ def spread_rows(ctx: ReportContext) -> list[list[object]]:
     for keys, group in sorted(
         ctx.runs.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])
     ):
-        task, encoder, head, freeze = keys
+        task, encoder, head, freeze, _ = keys
         values = group["value"].dropna()
         rows.append(
             [
@@ -143,7 +143,7 @@ def evp_rows(ctx: ReportContext, evp: pd.DataFrame) -> list[list[object]]:
     best = ctx.runs.groupby(stats.GROUP_KEYS)["value"].max()
     rows = []
     for keys, group in sorted(evp.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])):
-        task, encoder, head, freeze = keys
+        task, encoder, head, freeze, _ = keys
         by_n = group.set_index("n_seeds")
         n_max = int(by_n.index.max())
         cells = [

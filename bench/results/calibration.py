@@ -37,6 +37,7 @@ import pandas as pd
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
+from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec
@@ -55,6 +56,7 @@ SCORES = ("ece", "brier", "nll")
 #: One row per run and reporting split (:func:`calibration_tables`).
 RUN_COLUMNS = [
     *CELL_COLUMNS,
+    *AXIS_COLUMNS,
     "config_hash",
     "split",
     "n",
@@ -71,6 +73,7 @@ RUN_COLUMNS = [
 #: Per-bin totals of a run and split, before (``scaled`` False) and after scaling.
 BIN_COLUMNS = [
     *CELL_COLUMNS,
+    *AXIS_COLUMNS,
     "config_hash",
     "split",
     "scaled",
@@ -283,7 +286,7 @@ def calibration_tables(
     if not has_probabilities(predictions):
         return pd.DataFrame(columns=RUN_COLUMNS), pd.DataFrame(columns=BIN_COLUMNS)
     rows = predictions[predictions["probs"].notna()]
-    keys = [*CELL_COLUMNS, "config_hash"]
+    keys = [*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     for values, cell in rows.groupby(keys, sort=True, dropna=False):
         spec = ALL_TASKS.get(str(cell["task"].iloc[0]))

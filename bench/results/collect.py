@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 from filelock import FileLock
 
+from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS, RESULT_FILE, SUPERSEDED_DIR
 from bench.clock import utc_now
 from bench.errors import CollectError, DataError
@@ -72,10 +73,12 @@ TABLE_COLUMNS = [
     "selection_score",
     "git_commit",
     "summary_token",
+    *AXIS_COLUMNS,
 ]
 
 _NUMERIC_COLUMNS = (
     "seed",
+    *AXIS_COLUMNS,
     "value",
     "baseline",
     "best_epoch",
@@ -153,8 +156,8 @@ def _run_dir(path: Path) -> str:
 
 
 def cell_key(result: dict[str, Any]) -> tuple[Any, ...]:
-    """The identity of a cell: its coordinates (task, encoder, head, layers, freeze, seed)."""
-    return tuple(result["cell"].get(k) for k in CELL_COLUMNS)
+    """The identity of a cell: its coordinates and optional axes (training size, order seed)."""
+    return tuple(result["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS])
 
 
 def _latest_per_cell(results: list[dict[str, Any]], problems: list[str]) -> list[dict[str, Any]]:
@@ -197,7 +200,7 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per cell × split × metric at the best epoch (failed cells: one row, no value)."""
     rows = []
     for res in results:
-        base = {k: res["cell"].get(k) for k in CELL_COLUMNS}
+        base = {k: res["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS]}
         selection: dict[str, Any] = _mapping(res.get("selection"))
         search: dict[str, Any] = _mapping(res.get("search"))
         base.update(
@@ -369,7 +372,12 @@ def read_history(out_dir: str | Path) -> pd.DataFrame:
     if not path.is_file():
         return pd.DataFrame(columns=HISTORY_COLUMNS)
     text = [c for c in CELL_COLUMNS if c != "seed"] + ["split", "metric"]
-    return pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), "seed": "Int64"})
+    numbers = dict.fromkeys(["seed", *AXIS_COLUMNS], "Int64")
+    table = pd.read_csv(path, dtype={**dict.fromkeys(text, "str"), **numbers})
+    for column in AXIS_COLUMNS:  # written before the optional axes
+        if column not in table:
+            table[column] = pd.Series(pd.NA, index=table.index, dtype="Int64")
+    return table
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
@@ -48,6 +49,7 @@ from bench.errors import DataError
 #: The columns of ``predictions.parquet``.
 PREDICTION_COLUMNS = [
     *CELL_COLUMNS,
+    *AXIS_COLUMNS,
     "config_hash",
     "split",
     "example",
@@ -196,7 +198,7 @@ def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
         frame.insert(0, "split", split)
         frames.append(frame)
     out = pd.concat(frames, ignore_index=True)
-    for column in reversed([*CELL_COLUMNS, "config_hash"]):
+    for column in reversed([*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]):
         value = result.get("config_hash") if column == "config_hash" else cell.get(column)
         out.insert(0, column, value)
     return out[PREDICTION_COLUMNS]
@@ -212,6 +214,7 @@ def predictions_table(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
         {
             "layers": "str",
             "seed": "Int64",
+            **dict.fromkeys(AXIS_COLUMNS, "Int64"),
             "example": "int64",
             "token": "int64",
             "label": "str",
@@ -235,4 +238,7 @@ def read_predictions(out_dir: str | Path) -> pd.DataFrame:
     table = pd.read_parquet(path)
     if "probs" not in table:  # written before probabilities were stored
         table["probs"] = None
+    for column in AXIS_COLUMNS:  # written before the optional axes
+        if column not in table:
+            table[column] = pd.Series(pd.NA, index=table.index, dtype="Int64")
     return table[PREDICTION_COLUMNS]

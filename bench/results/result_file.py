@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS, RESULT_SCHEMA
 from bench.errors import DataError
 
@@ -136,6 +137,28 @@ def _cell(field: str, value: Any) -> None:
             f"'{field}' has no {', '.join(map(repr, missing))} (a cell has "
             f"{', '.join(CELL_COLUMNS)})"
         )
+    for key in AXIS_COLUMNS:  # optional axes: absent, null or a whole number
+        if value.get(key) is not None:
+            _integer(f"{field}.{key}", value[key])
+
+
+def with_axes(data: dict[str, Any]) -> dict[str, Any]:
+    """A checked result whose ``cell`` carries every optional axis (:data:`AXIS_COLUMNS`).
+
+    Results written before an axis existed lack it in their ``cell``: it is taken from the
+    stored config (``data.train_size``, ``order_seed``), else None.
+    """
+    cell = data["cell"]
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    assert isinstance(config, dict)
+    data_config = config.get("data") if isinstance(config.get("data"), dict) else {}
+    assert isinstance(data_config, dict)
+    stored = {"train_size": data_config.get("train_size"), "order_seed": config.get("order_seed")}
+    for key in AXIS_COLUMNS:
+        if key not in cell:
+            value = stored.get(key)
+            cell[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
+    return data
 
 
 def _status(field: str, value: Any) -> None:
@@ -256,6 +279,7 @@ def parse_result(raw: bytes, path: str | Path) -> tuple[dict[str, Any], list[str
         check_result(data)
     except ValueError as err:
         raise DataError(f"{path}: skipped: {err}") from None
+    with_axes(data)
     warnings = []
     if data.get("config_hash") is None:
         warnings.append(

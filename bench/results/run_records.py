@@ -23,11 +23,21 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from bench.atomic import append_json_line
+from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS
 from bench.clock import utc_now
 from bench.data.text_lines import read_text
 
-HISTORY_COLUMNS = [*CELL_COLUMNS, "epoch", "step", "split", "metric", "value", "train_loss"]
+HISTORY_COLUMNS = [
+    *CELL_COLUMNS,
+    *AXIS_COLUMNS,
+    "epoch",
+    "step",
+    "split",
+    "metric",
+    "value",
+    "train_loss",
+]
 LAUNCH_LOG = "launches.jsonl"
 PROVENANCE_KEYS = (
     "status",
@@ -59,7 +69,7 @@ def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """
     rows = []
     for res in results:
-        cell = {k: res["cell"].get(k) for k in CELL_COLUMNS}
+        cell = {k: res["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS]}
         for entry in res.get("history") or []:
             for split, metrics in entry.items():
                 if not isinstance(metrics, dict):

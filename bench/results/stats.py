@@ -42,9 +42,18 @@ from scipy import stats as sps
 
 from bench.data.tasks import ALL_TASKS
 
-GROUP_KEYS = ["task", "encoder", "head_label", "freeze_label"]
-RUN_KEYS = [*GROUP_KEYS, "seed"]
-SETTING_KEYS = ["task", "encoder", "freeze_label"]
+#: ``train_size`` of a cell trained on the whole training split (normalised tables).
+WHOLE_SPLIT = 0
+#: ``order_seed`` of a cell whose batch order was drawn from its ``seed`` (normalised tables).
+ORDER_FROM_SEED = -1
+#: One setting of one head: a learning curve's training sizes are separate settings.
+GROUP_KEYS = ["task", "encoder", "head_label", "freeze_label", "train_size"]
+#: One run: a seed, and the order seed where the batch order had a seed of its own.
+RUN_KEYS = [*GROUP_KEYS, "seed", "order_seed"]
+#: Where heads are compared (paired by :data:`PAIR_KEYS`).
+SETTING_KEYS = ["task", "encoder", "freeze_label", "train_size"]
+#: What pairs two heads' runs: the same seed and the same batch order.
+PAIR_KEYS = ["seed", "order_seed"]
 TEXT_COLUMNS = [
     "task",
     "encoder",
@@ -81,6 +90,7 @@ TRIAL_COLUMNS = [
     "layers",
     "freeze",
     "freeze_label",
+    "train_size",
     "trial",
     "status",
     "selection_metric",
@@ -106,7 +116,9 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     Missing optional columns are filled: ``head_label``/``head`` and
     ``freeze_label``/``freeze`` from each other, ``layers``/``baseline``/
     ``best_constant``/``reason`` as missing (older tables have no ``best_constant``),
-    ``main_metric`` from the task specs of :mod:`bench.data.tasks`.
+    ``main_metric`` from the task specs of :mod:`bench.data.tasks`. The optional axes are
+    whole numbers: ``train_size`` :data:`WHOLE_SPLIT` and ``order_seed``
+    :data:`ORDER_FROM_SEED` where a cell did not set them (so they can key groups).
 
     Args:
         table: A tidy table as produced by :func:`bench.results.collect.tidy`.
@@ -142,6 +154,9 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     for column in FLOAT_COLUMNS:
         out[column] = pd.to_numeric(out[column], errors="coerce").astype("float64")
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").astype("Int64")
+    for column, unset in (("train_size", WHOLE_SPLIT), ("order_seed", ORDER_FROM_SEED)):
+        given = out[column] if column in out else pd.Series(np.nan, index=out.index)
+        out[column] = pd.to_numeric(given, errors="coerce").fillna(unset).astype("int64")
     if out["main_metric"].isna().any():
         tasks = sorted(out.loc[out["main_metric"].isna(), "task"].unique())
         raise ValueError(f"no main_metric column and unknown task(s) {tasks}")
@@ -149,6 +164,13 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- runs
+
+
+def run_label(seed: object, order_seed: object = ORDER_FROM_SEED) -> str:
+    """A run's name in lists of paired runs: ``3``, or ``3/o2`` with an order seed of its own."""
+    if order_seed is None or int(order_seed) == ORDER_FROM_SEED:  # type: ignore[call-overload]
+        return str(seed)
+    return f"{seed}/o{order_seed}"
 
 
 def failure_threshold(metric: str, baseline: float, best_constant: float = math.nan) -> float:
@@ -557,7 +579,7 @@ def compare_heads(
     runs = runs[~runs["value"].isna()]
     rows = []
     for keys, group in runs.groupby(SETTING_KEYS, sort=True):
-        wide = group.pivot_table(index="seed", columns="head_label", values="value")
+        wide = group.pivot_table(index=PAIR_KEYS, columns="head_label", values="value")
         heads = list(wide.columns)
         for i, head_a in enumerate(heads):
             for head_b in heads[i + 1 :]:
@@ -577,7 +599,7 @@ def compare_heads(
                         "head_a": head_a,
                         "head_b": head_b,
                         "n_pairs": len(pair),
-                        "seeds": ",".join(str(s) for s in pair.index),
+                        "seeds": ",".join(run_label(*run) for run in pair.index),
                         "mean_a": float(a.mean()) if a.size else np.nan,
                         "mean_b": float(b.mean()) if b.size else np.nan,
                         "diff": float(d.mean()) if d.size else np.nan,
@@ -992,6 +1014,8 @@ def evp_from_trials(trials: pd.DataFrame) -> pd.DataFrame:
             out[a] = out[b]
         if b not in out and a in out:
             out[b] = out[a]
+    given = out["train_size"] if "train_size" in out else pd.Series(np.nan, index=out.index)
+    out["train_size"] = pd.to_numeric(given, errors="coerce").fillna(WHOLE_SPLIT).astype("int64")
     required = [*GROUP_KEYS, "trial", "status", "selection_score"]
     missing = [c for c in required if c not in out]
     if missing:

@@ -35,6 +35,9 @@ def _trial_row(path: Path) -> dict[str, Any] | None:
     if not isinstance(record, dict) or not isinstance(record.get("cell"), dict):
         return None
     cell, metric = record["cell"], record.get("main_metric")
+    if "train_size" not in cell:  # written before the optional axes: from the stored config
+        config = record.get("config") if isinstance(record.get("config"), dict) else {}
+        cell = {**cell, "train_size": ((config or {}).get("data") or {}).get("train_size")}
     found = record.get("selection")
     selection: dict[str, Any] = found if isinstance(found, dict) else {}
     score = (selection.get("metrics") or {}).get(metric) if record.get("status") == "ok" else None

@@ -129,9 +129,15 @@ def apply_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
 
 
 def trial_config(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
-    """The config a trial trains: the trial's values, the search seed, no search of its own."""
+    """The config a trial trains: the trial's values, the search seed, no search of its own.
+
+    The trial's batch order comes from the search seed too (``order_seed`` null): trials are
+    shared by every seed and order seed of the cell's setting.
+    """
     out = apply_values(cfg, values)
     OmegaConf.update(out, "seed", int(cfg.search.seed), merge=False)
+    if "order_seed" in out:
+        OmegaConf.update(out, "order_seed", None, merge=False)
     OmegaConf.update(out, "search", {"name": "none", "trials": 0}, merge=False)
     return out
 

@@ -115,6 +115,7 @@ def _train(
         group_by_length=cfg.data.get("group_by_length", False),
         token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
         selection=_selection_config(cfg),
+        order_seed=OmegaConf.select(cfg, "order_seed", default=None),
     )
     module = HeadbenchModule(
         encoder=plain["encoder"],
