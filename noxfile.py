@@ -61,7 +61,7 @@ def tests(session: nox.Session) -> None:
 
 
 # The reference experiments (README "Findings"): results/<name>/ and reports/<name>.html.
-REFERENCE_EXPERIMENTS = ("fair_heads", "fair_table7")
+REFERENCE_EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds")
 
 
 @nox.session

@@ -9,6 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from scipy import stats as sps
+from test_train import FAST
 
 from bench.cell import cell_of, cell_path, check_identity, config_hash
 from bench.data.sequence_datamodule import GlueDataModule
@@ -19,6 +20,7 @@ from bench.results.collect import cell_key, tidy
 from bench.results.result_file import with_axes
 from bench.results.stats import compare_heads, normalize_table, run_values
 from bench.run.plan import plan
+from bench.run.train import run
 from conftest import CONF
 
 
@@ -169,3 +171,24 @@ def test_heads_are_paired_by_seed_and_order_seed():
     sizes = tidy([_result(1, None, 0.8, train_size=100), _result(1, None, 0.9, train_size=400)])
     assert list(pd.unique(normalize_table(sizes)["train_size"])) == [100, 400]
     assert len(run_values(sizes)) == 2  # two training sizes: two runs, not one
+
+
+def test_a_cell_trains_with_its_order_seed(compose_cfg, data_dir, tmp_path):
+    histories = []
+    for seed in (1, 2):
+        cfg = compose_cfg(
+            "encoder=tiny_bert",
+            "head=linear",
+            "freeze=frozen",
+            "task=sst2",
+            f"seed={seed}",
+            "order_seed=5",
+            "data.train_size=64",
+            f"data.dir={data_dir}",
+            *FAST,
+        )
+        result = run(cfg, tmp_path / f"seed={seed}-order=5")
+        assert result["status"] == "ok", result.get("reason")
+        assert result["data"]["order_seed"] == 5 and result["cell"]["order_seed"] == 5
+        histories.append([h["train_loss"] for h in result["history"]])
+    assert histories[0] != histories[1]  # another initialisation, the same batches

@@ -3,7 +3,8 @@
 ``python -m bench.report <results-or-multirun-dir> -o reports/<name>.html`` and, at the
 end of every multirun, the collecting callback (``report_file`` in the config). Sections:
 headline verdicts, heads × freezing, seed spread, cost vs score, layer analysis, learning
-curves, calibration (only when the predictions carry class probabilities), provenance;
+curves, calibration (only when the predictions carry class probabilities), variance
+sources (only when seeds are crossed with order seeds), provenance;
 sections are numbered by position. Figures are embedded SVG; there is no JavaScript.
 """
 
@@ -28,6 +29,7 @@ from bench.report.sections import (
     layer_section,
     spread_section,
 )
+from bench.report.variance import variance_section
 
 #: The sections in order; a builder that returns None has nothing to show for this source.
 SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
@@ -38,6 +40,7 @@ SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     layer_section,
     curves_section,
     calibration_section,
+    variance_section,
     provenance_section,
 )
 

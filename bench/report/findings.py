@@ -23,6 +23,7 @@ from bench.report.headline import headline_comparisons, headline_frame, tested_p
 from bench.report.inputs import load_inputs
 from bench.report.readme import what_ran
 from bench.report.style import task_title
+from bench.report.variance import variance_sentence
 from bench.results.calibration import (
     N_BINS,
     calibration_summary,
@@ -34,7 +35,7 @@ from bench.results.predictions import read_predictions
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 #: The reference experiments under the evaluation protocol, in the order shown.
-EXPERIMENTS = ("fair_heads", "fair_table7")
+EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds")
 
 
 def experiment_finding(source: Path) -> str:
@@ -80,6 +81,9 @@ def experiment_finding(source: Path) -> str:
     calibration = calibration_sentence(ctx.inputs.predictions)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
+    variance = variance_sentence(ctx.inputs.table)
+    if variance is not None:  # only studies that cross seeds with order seeds
+        text += f" {variance}"
     return text + "\n"
 
 

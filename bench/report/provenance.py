@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import bench.report.figures as figures
+from bench.axes.optional import leaf_dir
 from bench.report.context import ReportContext
 from bench.report.html import Section, details, figure, paragraph, pre, table
 from bench.report.style import svg_data_uri
@@ -41,8 +42,11 @@ def config_split(cells: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]
 
 def _cell_path(cell: dict[str, Any]) -> str:
     c = cell.get("cell") or {}
+    config = cell.get("config")
+    axes = config.get("axes") if isinstance(config, dict) else None
+    leaf = leaf_dir(c.get("seed"), c.get("order_seed"), c.get("train_size"), axes)
     return "/".join(str(c.get(k)) for k in ("task", "encoder", "head_label", "freeze_label")) + (
-        f"/seed={c.get('seed')}"
+        f"/{leaf}"
     )
 
 

@@ -138,6 +138,7 @@ def _train(
     result["data"] = {
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
+        "order_seed": datamodule.order_seed,  # None: the batch order came from `seed`
     }
     served = serve_features(module, datamodule, plain.get("cache"))
     result["cache"] = served.record

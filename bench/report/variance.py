@@ -1,0 +1,209 @@
+"""The report's variance section: initialisation against batch order, failure origins.
+
+How much of each head's spread is initialisation, how much batch order, and where its
+failures come from.
+
+It appears only when a setting crosses ≥ 2 training seeds with ≥ 2 order seeds
+(``experiment=variance_seeds``); the numbers and their definitions are
+:mod:`bench.results.variance`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from bench.report.context import ReportContext, points, pvalue
+from bench.report.html import Section, figure, paragraph, table
+from bench.report.style import Palette, grid, ordered, svg_data_uri, task_title
+from bench.results.stats import WHOLE_SPLIT
+from bench.results.variance import variance_table
+
+TITLE = "8. Where the variance comes from"
+HEADER = [
+    "head",
+    "grid",
+    "mean",
+    "SD",
+    "SD init",
+    "SD order",
+    "SD resid.",
+    "init %",
+    "order %",
+    "p init",
+    "p order",
+    "failed",
+    "failures from",
+]
+#: The components in the order drawn, with their colours.
+COMPONENTS = (
+    ("share_init", "initialisation (seed)", "#0072B2"),
+    ("share_order", "batch order (order_seed)", "#E69F00"),
+    ("share_resid", "residual (interaction)", "#BBBBBB"),
+)
+_SETTING = ["task", "encoder", "freeze_label", "train_size"]
+
+
+def setting_title(keys: tuple, multi_encoder: bool) -> str:
+    """``SST-2, frozen, 2,000 examples`` (the encoder too when the report has several).
+
+    Args:
+        keys: (task, encoder, freeze label, training size).
+        multi_encoder: Whether to name the encoder.
+    """
+    task, encoder, freeze, size = keys
+    parts = [task_title(task), *([encoder] if multi_encoder else []), freeze]
+    if int(size) != WHOLE_SPLIT:
+        parts.append(f"{int(size):,} examples")
+    return ", ".join(parts)
+
+
+def _percent(share: float) -> str:
+    return "" if pd.isna(share) else f"{100 * share:.0f}"
+
+
+def variance_rows(group: pd.DataFrame, palette: Palette) -> list[list[object]]:
+    """One table row per head of a setting (heads in the report's order)."""
+    order = ordered(group["head_label"], palette.heads)
+    rows: list[list[object]] = []
+    for head in order:
+        r = group[group["head_label"] == head].iloc[0]
+        grid_text = f"{int(r['n_init'])}×{int(r['n_order'])}"
+        if int(r["runs_left_out"]):
+            grid_text += f" (−{int(r['runs_left_out'])})"
+        rows.append(
+            [
+                head,
+                grid_text,
+                points(r["mean"]),
+                points(r["sd_total"], 2),
+                points(r["sd_init"], 2),
+                points(r["sd_order"], 2),
+                points(r["sd_resid"], 2),
+                _percent(r["share_init"]),
+                _percent(r["share_order"]),
+                pvalue(r["p_init"]),
+                pvalue(r["p_order"]),
+                f"{int(r['failures'])}",
+                "" if pd.isna(r["failure_origin"]) else str(r["failure_origin"]),
+            ]
+        )
+    return rows
+
+
+def shares_figure(frame: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
+    """Stacked bars of each head's variance shares, one panel per setting.
+
+    Args:
+        frame: :func:`~bench.results.variance.variance_table` rows.
+        palette: Report palette (head order).
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure, or None when no head has a decomposition.
+    """
+    frame = frame.dropna(subset=["share_init"])
+    if frame.empty:
+        return None
+    settings = list(frame.groupby(_SETTING, sort=True))
+    fig, axes = grid(len(settings), columns=2, width=4.2, height=0.5 + 0.45 * 6)
+    for ax, (keys, group) in zip(axes, settings, strict=True):
+        heads = ordered(group["head_label"], palette.heads)
+        by_head = group.set_index("head_label").loc[heads]
+        left = pd.Series(0.0, index=heads)
+        for column, _, colour in COMPONENTS:
+            values = by_head[column].fillna(0.0) * 100
+            ax.barh(heads, values, left=left, color=colour, height=0.6)
+            left = left + values
+        ax.set_xlim(0, 100)
+        ax.invert_yaxis()
+        ax.set_xlabel("share of the head's score variance (%)")
+        ax.set_title(setting_title(keys, multi_encoder))
+    handles = [Patch(color=colour, label=label) for _, label, colour in COMPONENTS]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
+    fig.suptitle("Variance components per head: initialisation vs batch order")
+    return fig
+
+
+def variance_section(ctx: ReportContext) -> Section | None:
+    """The decomposition per head and setting, a figure of the shares, the failure origins.
+
+    Returns:
+        The section, or None when no setting crosses seeds with order seeds.
+    """
+    frame = variance_table(ctx.inputs.table)
+    if frame.empty:
+        return None
+    parts = [
+        paragraph(
+            "Each head's runs cross training seeds (head initialisation and dropout masks) "
+            "with order seeds (the training batch order), one run per pair. A two-way analysis "
+            "of variance without replication splits the variance of the scores (×100) into an "
+            "initialisation component, a batch-order component and a residual (their "
+            "interaction, which one run per pair cannot tell from other noise): random-effects "
+            "moment estimates, truncated at zero, shown as standard deviations and as shares of "
+            "their sum; p: the F test of each factor against the residual. 'Failures from' "
+            "applies the same test to the 0/1 failure indicator (a run at or below the best "
+            "constant prediction): 'initialisation' when some initialisations fail whatever "
+            "the order, 'batch order' when some orders fail whatever the initialisation, 'not "
+            "separable' when the failures follow neither (level 0.05, an approximation on a 0/1 "
+            "outcome). Grid: initialisation seeds × order seeds used (−n: runs left out to make "
+            "the grid complete).",
+            "note",
+        )
+    ]
+    for keys, group in frame.groupby(_SETTING, sort=True):
+        parts.append(
+            table(
+                HEADER,
+                variance_rows(group, ctx.palette),
+                caption=setting_title(keys, ctx.multi_encoder)
+                + f": {group['metric'].iloc[0]} on {group['split'].iloc[0]}.",
+                numeric=list(range(2, len(HEADER) - 1)),
+            )
+        )
+    fig = shares_figure(frame, ctx.palette, ctx.multi_encoder)
+    if fig is not None:
+        parts.append(
+            figure(
+                svg_data_uri(fig),
+                "Stacked bars: each head's variance shares, initialisation, order, residual",
+                "Shares of each head's score variance: initialisation (seed), batch order "
+                "(order_seed) and the residual, from the table above.",
+            )
+        )
+    return Section("variance", TITLE, "\n".join(parts))
+
+
+def variance_sentence(table: pd.DataFrame) -> str | None:
+    """One Findings sentence: the median shares, and heads whose failures come from init.
+
+    Args:
+        table: A tidy results table.
+
+    Returns:
+        The sentence, or None when no setting crosses seeds with order seeds.
+    """
+    frame = variance_table(table).dropna(subset=["share_init"])
+    if frame.empty:
+        return None
+    n_init = int(frame["n_init"].median())
+    n_order = int(frame["n_order"].median())
+    text = (
+        f"Variance sources ({len(frame)} head settings, {n_init} initialisations × {n_order} "
+        f"batch orders each): initialisation takes a median "
+        f"{_percent(frame['share_init'].median())}% of a head's score variance, batch order "
+        f"{_percent(frame['share_order'].median())}%, the residual "
+        f"{_percent(frame['share_resid'].median())}%"
+    )
+    dominant = frame[frame["share_init"] > frame["share_order"]]
+    text += f"; initialisation outweighs order in {len(dominant)} of {len(frame)}"
+    from_init = frame[frame["failure_origin"].isin(["initialisation", "both"])]
+    if not from_init.empty:
+        named = ", ".join(
+            f"`{r['head_label']}` on {task_title(r['task'])}" for _, r in from_init.iterrows()
+        )
+        text += f"; failures that come from initialisation: {named}"
+    failing = frame[frame["failures"] > 0]
+    return text + f" ({len(failing)} of {len(frame)} head settings had failed runs)."
