@@ -20,6 +20,7 @@ from bench.errors import ConfigError, HeadbenchError
 from bench.report import build_report
 from bench.results.collect import collect, print_summary, results_lock
 from bench.results.run_records import log_launch_event
+from bench.run.packing import PackCheck
 from bench.run.plan import collision_message, collisions, plan
 from bench.run.trackers import check_logger
 
@@ -35,13 +36,16 @@ class CollectResults(Callback):
 
         That is: a cell's run directory cannot be made (a required key unset, a name with
         a path separator), the run or results directory is not writable, two cells
-        would write the same run directory, or the chosen ``logger`` needs an extra that
-        is not installed.
+        would write the same run directory, the chosen ``logger`` needs an extra that
+        is not installed, or ``runtime.cells_per_gpu`` cells would not fit on the GPU
+        (:mod:`bench.run.packing`).
         """
         overrides = list(config.hydra.overrides.task)
         try:
             check_logger(config)
-            cells = plan("", overrides, multirun=True)
+            pack = PackCheck()  # hydra/launcher=gpu_pack: refuse to over-pack the GPU
+            cells = plan("", overrides, multirun=True, check=pack)
+            pack.verdict()
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)

@@ -164,13 +164,28 @@ def _dry_run(args: list[str]) -> None:
         _usage_error(
             f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}"
         )
+    from bench.run.packing import PackCheck
+
+    pack = PackCheck()
+
+    def check(cfg: DictConfig) -> None:
+        _check_cell_and_logger(cfg)
+        pack(cfg)
+
     try:
-        cells = plan(config_dir(), overrides, multirun, check=_check_cell_and_logger)
+        cells = plan(config_dir(), overrides, multirun, check=check)
     except (HydraException, OmegaConfBaseException) as err:  # what Hydra itself would report
         _usage_error(f"error composing the sweep: {err}")
     except ConfigError as err:
         _usage_error(f"error: {err}")
     print_plan(cells)
+    try:  # hydra/launcher=gpu_pack: how many cells fit on the GPU at once
+        packing = pack.line()
+        if packing:
+            print(packing)
+        pack.verdict()
+    except ConfigError as err:
+        _usage_error(f"error: {err}")
     if any(cell.will_run and cell.problem for cell in cells):
         sys.exit(2)
 

@@ -36,6 +36,7 @@ from bench.run import provenance
 from bench.run.allocator import ConfigureMalloc, configure_malloc
 from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
+from bench.run.packing import estimate_cell
 from bench.run.preflight import check_cell, check_max_length
 from bench.run.timing import TrainLoopTimer
 from bench.run.trackers import CellTracker, cell_loggers, check_logger, open_tracker
@@ -86,6 +87,18 @@ def _selection_record(
     return record
 
 
+def memory_estimate(cfg: DictConfig) -> dict[str, Any] | None:
+    """The cell's estimated peak device memory (:func:`bench.run.packing.estimate_cell`).
+
+    None where it cannot be made (the estimate never fails a cell).
+    """
+    try:
+        return estimate_cell(cfg).to_dict()
+    except Exception as err:
+        log.warning("no memory estimate for %s: %s", cell_path(cfg), err)
+        return None
+
+
 def _train(
     cfg: DictConfig,
     run_dir: Path,
@@ -133,6 +146,8 @@ def _train(
     result["params"] = module.parameter_counts()
     result["learning_rates"] = module.learning_rates()
     result["adaptation"] = module.adaptation.record
+    # What packing (bench/run/packing.py) assumes this cell needs, beside its measured peak.
+    result["memory_estimate"] = memory_estimate(cfg)
     datamodule.setup("fit")
     assert datamodule.train is not None
     result["data"] = {
