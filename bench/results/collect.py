@@ -304,6 +304,15 @@ def write_table(table: pd.DataFrame, out_dir: str | Path) -> Path:
     return publish(out_dir, table_files(table))[0]
 
 
+#: The files a results directory holds its tidy table in (:func:`read_table` prefers the first).
+TABLE_FILES = ("results.parquet", "results.csv")
+
+
+def has_table(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a tidy table (``results.parquet`` or ``results.csv``)."""
+    return any((Path(folder) / name).is_file() for name in TABLE_FILES)
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a tidy table back: ``results.parquet`` or ``results.csv``, or a directory with one.
 
@@ -322,8 +331,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     if path.is_dir():
-        parquet = path / "results.parquet"
-        path = parquet if parquet.exists() else path / "results.csv"
+        parquet, csv = (path / name for name in TABLE_FILES)
+        path = parquet if parquet.exists() else csv
     if not path.is_file():
         raise FileNotFoundError(f"no results table at {path}")
     if path.suffix == ".parquet":

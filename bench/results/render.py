@@ -172,6 +172,31 @@ def html_table(t: Table, heading: str = "h2") -> str:
     return "\n".join(out)
 
 
+def to_text(t: Table) -> str:
+    """Render one table as aligned plain text for a terminal: title, caption, rows, notes.
+
+    Columns are padded to their widest cell and aligned as ``t.align`` says (``r``: right);
+    nothing is escaped and bold is not shown.
+    """
+    align = t.align or ["l"] * len(t.header)
+    grid = [t.header, *t.rows]
+    widths = [max(len(row[j]) for row in grid) for j in range(len(t.header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.rjust(w) if a == "r" else c.ljust(w)
+            for c, w, a in zip(cells, widths, align, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    out = [t.title] if t.title else []
+    out += [t.caption] if t.caption else []
+    out += [line(t.header), "  ".join("-" * w for w in widths)]
+    out += [line(row) for row in t.rows]
+    out += t.notes
+    return "\n".join(out) + "\n"
+
+
 def to_html(doc: Document) -> str:
     """Render as a small self-contained HTML document."""
     e = html_escape

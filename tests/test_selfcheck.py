@@ -1,0 +1,328 @@
+"""The benchmark checks itself: a slice of a committed experiment, re-run and compared.
+
+The comparison is tested on the committed ``fair_heads`` results themselves: fed back as
+"today's" results they reproduce, identical; moved, they do not. Its intervals are
+cross-checked against SciPy on values read straight from the committed ``result.json``
+files. The slow test re-trains the default slice with today's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+from scipy import stats as sps
+
+from bench.cell import config_hash
+from bench.errors import DataError
+from bench.results.collect import read_table
+from bench.results.predictions import read_predictions
+from bench.results.render import Table, to_text
+from bench.results.reproduction import IDENTICAL_ATOL, compare, prediction_changes, seed_text
+from bench.run.selfcheck import (
+    RECORD_FILE,
+    SLICES,
+    Slice,
+    committed_cells,
+    main,
+    prepare,
+    read_rerun,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = ROOT / "results" / "fair_heads"
+DEFAULT = SLICES["default"]
+
+
+@pytest.fixture(scope="module")
+def committed() -> pd.DataFrame:
+    return read_table(EXPERIMENT)
+
+
+@pytest.fixture(scope="module")
+def committed_predictions() -> pd.DataFrame:
+    return read_predictions(EXPERIMENT)
+
+
+@pytest.fixture(scope="module")
+def as_today() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The default slice's committed cells, read back as the check reads its re-run cells."""
+    cells = prepare(EXPERIMENT, "default")
+    roots = [c.run_dir / "result.json" for c in cells]
+    table, predictions, problems = read_rerun(roots, [c.result["cell"] for c in cells])
+    assert problems == []
+    return table, predictions
+
+
+def _shifted(table: pd.DataFrame, head: str, seeds: list[int], by: float) -> pd.DataFrame:
+    out = table.copy()
+    rows = (out["head_label"] == head) & out["seed"].isin(seeds) & (out["split"] == "dev")
+    out.loc[rows, "value"] += by
+    return out
+
+
+def test_the_default_slice_trains_what_the_committed_cells_trained():
+    cells = prepare(EXPERIMENT, "default")
+    assert [c.path for c in cells] == DEFAULT.cell_paths()
+    assert len(cells) == len(DEFAULT.heads) * len(DEFAULT.seeds) == 6
+    for cell in cells:
+        trained = OmegaConf.to_container(cell.config, resolve=True)
+        assert trained["optim"] == cell.result["config"]["optim"], cell.path
+        assert trained["seed"] == cell.result["cell"]["seed"]
+        selected = cell.result["search"]["selected_config"]
+        assert trained["optim"]["frozen_head_lr"] == selected["frozen_head_lr"]
+        assert config_hash(cell.config) == config_hash(OmegaConf.create(cell.result["config"]))
+
+
+def test_the_committed_results_reproduce_themselves(committed, committed_predictions, as_today):
+    today, predictions = as_today
+    rep = compare(committed, today, committed_predictions, predictions)
+    assert rep.ok
+    assert rep.n_identical == len(rep.cells) == 6
+    assert (rep.cells["diff"] == 0).all()
+    assert (rep.cells["changed"] == 0).all() and (rep.cells["n_predictions"] == 872).all()
+    assert rep.settings["reproduces"].all()
+    assert (rep.settings["today_mean"] == rep.settings["committed_mean"]).all()
+    assert list(rep.settings["seeds"]) == [[1, 2, 3], [1, 2, 3]]
+    assert rep.verdict().startswith("REPRODUCED: all 6 cells identical")
+    assert "within its committed 95% t and BCa intervals" in rep.verdict()
+    record = json.loads(json.dumps(rep.records(), allow_nan=False))  # strict JSON
+    assert record["ok"] and record["cells"][0]["committed"] == rep.cells["committed"][0]
+
+
+def test_a_shifted_head_does_not_reproduce(committed, as_today):
+    today, _ = as_today
+    # last4_concat's committed mean 0.7162, t-interval [0.7078, 0.7245]: three seeds 5
+    # points lower move the ten-seed mean 1.5 points, out of it
+    rep = compare(committed, _shifted(today, "last4_concat", [1, 2, 3], -0.05))
+    assert not rep.ok
+    moved = rep.settings.set_index("head_label")
+    assert not moved.loc["last4_concat", "in_t"] and not moved.loc["last4_concat", "in_ci"]
+    assert moved.loc["last4_concat", "shift"] == pytest.approx(-0.015)
+    assert moved.loc["mean_linear", "reproduces"]
+    verdict = rep.verdict()
+    assert verdict.startswith("NOT REPRODUCED: sst2/minilm/last4_concat/frozen: today's mean")
+    assert "outside the committed t-interval [0.7078, 0.7245]" in verdict
+    assert "outside the committed BCa interval [0.7072, 0.7216]" in verdict
+    assert "mean_linear" not in verdict
+
+
+def test_one_changed_example_reproduces_within_the_intervals(committed, as_today):
+    today, _ = as_today
+    rep = compare(committed, _shifted(today, "mean_linear", [2], 1 / 872))
+    assert rep.ok and rep.n_identical == 5
+    cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 2)]
+    assert not cell["identical"] and cell["diff"] == pytest.approx(1 / 872)
+    assert rep.verdict().startswith("REPRODUCED within the intervals: 5 of 6 cells identical")
+    # float noise is not a change
+    rep = compare(committed, _shifted(today, "mean_linear", [2], IDENTICAL_ATOL / 2))
+    assert rep.n_identical == 6
+
+
+def test_a_failed_rerun_does_not_reproduce(committed, as_today):
+    today, _ = as_today
+    failed = today.copy()
+    row = (failed["head_label"] == "mean_linear") & (failed["seed"] == 3)
+    failed.loc[row, ["status", "reason", "value"]] = ["failed", "out of memory", np.nan]
+    rep = compare(committed, failed)
+    assert not rep.ok
+    assert rep.settings.set_index("head_label").loc["mean_linear", "failed_seeds"] == [3]
+    assert rep.verdict() == (
+        "NOT REPRODUCED: sst2/minilm/mean_linear/frozen/seed=3 failed: out of memory"
+    )
+
+
+def test_a_cell_the_experiment_lacks_is_refused(committed, as_today):
+    today, _ = as_today
+    other = today.assign(seed=today["seed"] + 100)
+    with pytest.raises(ValueError, match=r"not in the committed results table: .*seed=101"):
+        compare(committed, other)
+
+
+def test_regression_scores_change_beyond_float_noise(committed_predictions):
+    rows = committed_predictions[
+        (committed_predictions["task"] == "stsb")
+        & (committed_predictions["head_label"] == "mean_linear")
+        & (committed_predictions["seed"] == 1)
+    ]
+    assert len(rows[rows["split"] == "dev"]) == 1500
+
+    def moved(by: float) -> pd.DataFrame:
+        return rows.assign(pred=(rows["pred"].astype(float) + by).map(repr))
+
+    noise = prediction_changes(committed_predictions, moved(2e-6)).iloc[0]
+    assert noise["changed"] == 0 and noise["score_diff"] == pytest.approx(2e-6, rel=1e-3)
+    real = prediction_changes(committed_predictions, moved(-0.01)).iloc[0]
+    assert real["changed"] == real["n_predictions"] == 1500
+    classes = committed_predictions[
+        (committed_predictions["task"] == "sst2")
+        & (committed_predictions["head_label"] == "mean_linear")
+        & (committed_predictions["seed"] == 1)
+    ]
+    flipped = classes.assign(pred=classes["pred"].where(classes["example"] != 0, "x"))
+    change = prediction_changes(committed_predictions, flipped).iloc[0]
+    assert (change["changed"], change["n_predictions"]) == (1, 872)
+    assert np.isnan(change["score_diff"])
+
+
+def _committed_values(head: str) -> np.ndarray:
+    """A setting's dev accuracies read straight from its committed result files, by seed.
+
+    The order matters to the bootstrap (its fixed rng resamples positions): the tables
+    order a setting's runs by seed.
+    """
+    folder = EXPERIMENT / "runs" / "sst2" / "minilm" / head / "frozen"
+    results = [json.loads((d / "result.json").read_text()) for d in folder.glob("seed=*")]
+    results.sort(key=lambda r: r["cell"]["seed"])
+    return np.array([r["best"]["metrics"]["dev"]["accuracy"] for r in results], dtype=float)
+
+
+def test_the_intervals_are_scipys(committed, as_today):
+    today, _ = as_today
+    rep = compare(committed, today)
+    for _, row in rep.settings.iterrows():
+        x = _committed_values(row["head_label"])
+        assert row["n"] == x.size == 10
+        assert row["committed_mean"] == pytest.approx(x.mean(), abs=1e-15)
+        low, high = sps.t.interval(0.95, df=x.size - 1, loc=x.mean(), scale=sps.sem(x))
+        assert (row["t_low"], row["t_high"]) == pytest.approx((low, high), abs=1e-12)
+        boot = sps.bootstrap(
+            (x,), np.mean, n_resamples=10_000, method="BCa", rng=np.random.default_rng(0)
+        )
+        assert row["ci_method"] == "BCa"
+        ci = boot.confidence_interval
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
+
+
+def test_bad_input_names_the_path_and_the_valid_choices(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([str(ROOT / "results" / "no_such_experiment")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "no_such_experiment: not a committed experiment (no such directory)" in err
+    assert str(EXPERIMENT) in err and "fair_table7" in err
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(EXPERIMENT), "--slice", "everything"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'everything'" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(EXPERIMENT), "--out", str(EXPERIMENT / "check")])
+    assert exit_.value.code == 2
+    assert "the check never writes there" in capsys.readouterr().err
+    assert not (EXPERIMENT / "check").exists()
+
+    linear = Slice("linear", tasks=("sst2",), heads=("linear",), seeds=(1,))
+    with pytest.raises(DataError) as err_:
+        committed_cells(EXPERIMENT, linear)
+    message = str(err_.value)
+    assert "runs/sst2/minilm/linear/frozen/seed=1: not committed: no head 'linear'" in message
+    assert "committed there: bilstm, last4_concat, mean_linear, pooler-random" in message
+
+    eleven = Slice("seed 11", tasks=("sst2",), heads=("mean_linear",), seeds=(11,))
+    with pytest.raises(DataError, match=r"no seed 'seed=11' .* seed=1, seed=10, seed=2"):
+        committed_cells(EXPERIMENT, eleven)
+
+
+def _copy_experiment(tmp_path: Path, cells: list[str]) -> Path:
+    """A committed experiment of a few cells (run directories and the full results table)."""
+    copy = tmp_path / "fair_heads"
+    for path in cells:
+        shutil.copytree(EXPERIMENT / "runs" / path, copy / "runs" / path)
+    shutil.copy(EXPERIMENT / "results.csv", copy / "results.csv")
+    return copy
+
+
+def test_committed_files_that_disagree_are_bad_input(tmp_path):
+    one = Slice("one", tasks=("sst2",), heads=("mean_linear",), seeds=(1,))
+    copy = _copy_experiment(tmp_path, one.cell_paths())
+    assert [c.path for c in committed_cells(copy, one)] == one.cell_paths()
+
+    table = pd.read_csv(copy / "results.csv")
+    table[table["run_dir"].str.endswith("mean_linear/frozen/seed=1")].to_csv(
+        copy / "results.csv", index=False
+    )
+    committed_cells(copy, one)
+    table[~table["run_dir"].str.endswith("mean_linear/frozen/seed=1")].to_csv(
+        copy / "results.csv", index=False
+    )
+    with pytest.raises(
+        DataError, match=r"seed=1: committed, but not in the results table of .*fair_heads"
+    ):
+        committed_cells(copy, one)
+    table.to_csv(copy / "results.csv", index=False)
+
+    config = copy / "runs" / one.cell_paths()[0] / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("max_epochs: 3", "max_epochs: 4"))
+    with pytest.raises(DataError, match=r"config\.yaml: hashes to .* the committed files"):
+        committed_cells(copy, one)
+    config.write_text("head: [unclosed\n")
+    with pytest.raises(DataError, match=r"config\.yaml: unreadable config"):
+        committed_cells(copy, one)
+    config.unlink()
+    with pytest.raises(DataError, match=r"config\.yaml: missing"):
+        committed_cells(copy, one)
+
+
+def test_seed_text():
+    assert seed_text([3, 1, 2]) == "1-3"
+    assert seed_text([1, 2]) == "1,2"
+    assert seed_text([1, 4, 7]) == "1,4,7"
+
+
+def test_text_tables_align_their_columns():
+    table = Table(
+        title="Cells",
+        caption="a caption",
+        header=["cell", "value"],
+        rows=[["a/long/name", "0.5"], ["b", "10.25"]],
+        align=["l", "r"],
+        notes=["a note"],
+    )
+    assert to_text(table) == (
+        "Cells\n"
+        "a caption\n"
+        "cell         value\n"
+        "-----------  -----\n"
+        "a/long/name    0.5\n"
+        "b            10.25\n"
+        "a note\n"
+    )
+
+
+@pytest.mark.slow
+def test_the_default_slice_reproduces_the_committed_fair_heads(tmp_path):
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    before = sorted(p for p in EXPERIMENT.rglob("*") if p.is_file())
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run.selfcheck", "results/fair_heads", "--out", tmp_path],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "\nREPRODUCED" in done.stdout
+    record = json.loads((tmp_path / RECORD_FILE).read_text())
+    assert record["ok"] and record["slice"]["name"] == "default"
+    assert [c["status"] for c in record["cells"]] == ["ok"] * 6
+    assert all(s["reproduces"] for s in record["settings"])
+    assert sorted((tmp_path / "runs").rglob("result.json"))  # the re-run cells, kept by --out
+    assert sorted(p for p in EXPERIMENT.rglob("*") if p.is_file()) == before  # nothing written
