@@ -37,6 +37,7 @@ from bench.results.stats import (
     GROUP_KEYS,
     RUN_KEYS,
     cell_stats,
+    fill_axes,
     normalize_table,
     run_values,
 )
@@ -93,8 +94,8 @@ def cell_name(row: pd.Series | dict[str, Any]) -> str:
 
 
 def setting_name(row: pd.Series | dict[str, Any]) -> str:
-    """A setting's path, ``task/encoder/head_label/freeze_label``."""
-    return "/".join(str(row[k]) for k in GROUP_KEYS)
+    """A setting's path, ``task/encoder/head_label/freeze_label`` (a slice has one size)."""
+    return "/".join(str(row[k]) for k in ("task", "encoder", "head_label", "freeze_label"))
 
 
 def seed_text(seeds: list[int]) -> str:
@@ -126,8 +127,8 @@ def prediction_changes(
         absolute difference of a score; NaN otherwise).
     """
     columns = [*RUN_KEYS, *_PREDICTION_KEYS, "pred"]
-    mine = today.loc[today["split"] == split, columns]
-    theirs = committed.loc[committed["split"] == split, columns]
+    mine = fill_axes(today.loc[today["split"] == split]).loc[:, columns]
+    theirs = fill_axes(committed.loc[committed["split"] == split]).loc[:, columns]
     merged = mine.merge(
         theirs, on=[*RUN_KEYS, *_PREDICTION_KEYS], how="left", suffixes=("", "_committed")
     )

@@ -154,9 +154,7 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     for column in FLOAT_COLUMNS:
         out[column] = pd.to_numeric(out[column], errors="coerce").astype("float64")
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").astype("Int64")
-    for column, unset in (("train_size", WHOLE_SPLIT), ("order_seed", ORDER_FROM_SEED)):
-        given = out[column] if column in out else pd.Series(np.nan, index=out.index)
-        out[column] = pd.to_numeric(given, errors="coerce").fillna(unset).astype("int64")
+    out = fill_axes(out)
     if out["main_metric"].isna().any():
         tasks = sorted(out.loc[out["main_metric"].isna(), "task"].unique())
         raise ValueError(f"no main_metric column and unknown task(s) {tasks}")
@@ -164,6 +162,39 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- runs
+
+
+def fill_axes(
+    frame: pd.DataFrame, columns: Sequence[str] = ("train_size", "order_seed")
+) -> pd.DataFrame:
+    """The optional axes as whole numbers that can key groups and merges.
+
+    A missing column or value becomes :data:`WHOLE_SPLIT` (``train_size``) or
+    :data:`ORDER_FROM_SEED` (``order_seed``): the cell did not set it.
+
+    Args:
+        frame: A table with (or without) the axis columns; not modified.
+        columns: The axes to fill.
+
+    Returns:
+        A copy with the columns as ``int64``.
+    """
+    unset = {"train_size": WHOLE_SPLIT, "order_seed": ORDER_FROM_SEED}
+    out = frame.copy()
+    for column in columns:
+        given = out[column] if column in out else pd.Series(np.nan, index=out.index)
+        out[column] = pd.to_numeric(given, errors="coerce").fillna(unset[column]).astype("int64")
+    return out
+
+
+def run_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    """A result's ``cell`` as the :data:`RUN_KEYS` tuple of a normalised table's row.
+
+    An optional axis that the cell does not set takes the table's value for it
+    (:data:`WHOLE_SPLIT`, :data:`ORDER_FROM_SEED`).
+    """
+    unset = {"train_size": WHOLE_SPLIT, "order_seed": ORDER_FROM_SEED}
+    return tuple(unset[k] if k in unset and cell.get(k) is None else cell.get(k) for k in RUN_KEYS)
 
 
 def run_label(seed: object, order_seed: object = ORDER_FROM_SEED) -> str:
@@ -1014,8 +1045,7 @@ def evp_from_trials(trials: pd.DataFrame) -> pd.DataFrame:
             out[a] = out[b]
         if b not in out and a in out:
             out[b] = out[a]
-    given = out["train_size"] if "train_size" in out else pd.Series(np.nan, index=out.index)
-    out["train_size"] = pd.to_numeric(given, errors="coerce").fillna(WHOLE_SPLIT).astype("int64")
+    out = fill_axes(out, ("train_size",))
     required = [*GROUP_KEYS, "trial", "status", "selection_score"]
     missing = [c for c in required if c not in out]
     if missing:

@@ -77,12 +77,32 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (None where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def hardware() -> dict[str, Any]:
-    """The machine: platform, CPU count, torch threads, GPU name."""
+    """The machine: platform, CPU count and model, the CPU kernels torch uses, threads, GPU.
+
+    ``cpu_capability`` (``AVX512``, ``AVX2``...) is the instruction set of torch's CPU
+    kernels: two machines with different ones round differently, which a sensitive cell
+    (a large learning rate) can amplify into different numbers (bench.run.selfcheck found
+    committed cells that reproduce bit for bit on one and not on the other).
+    """
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": gpu,

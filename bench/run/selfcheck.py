@@ -53,7 +53,7 @@ from bench.results.predictions import predictions_table, read_predictions
 from bench.results.reproduction import Reproduction, compare
 from bench.results.rescore import verified
 from bench.results.result_file import load_result
-from bench.results.stats import RUN_KEYS, run_values
+from bench.results.stats import RUN_KEYS, run_key, run_values
 from bench.run.cli import JOB_CONFIG_DIR
 from bench.run.search import apply_values
 
@@ -260,7 +260,7 @@ def committed_cells(experiment: Path, chosen: Slice) -> list[CommittedCell]:
                 "finished ok can be reproduced"
             )
         cell = result["cell"]
-        if tuple(cell[k] for k in RUN_KEYS) not in tabled:
+        if run_key(cell) not in tabled:
             raise DataError(
                 f"{run_dir}: committed, but not in the results table of {experiment}; "
                 f"collect it: python -m bench.results.collect {runs} -o {experiment}"
