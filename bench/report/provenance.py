@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import bench.report.figures as figures
+from bench.axes.optional import leaf_dir
 from bench.report.context import ReportContext
 from bench.report.html import Section, details, figure, paragraph, pre, table
 from bench.report.style import svg_data_uri
@@ -40,9 +41,12 @@ def config_split(cells: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]
 
 
 def _cell_path(cell: dict[str, Any]) -> str:
+    """The cell's path below the sweep, optional axes as its run directory has them."""
     c = cell.get("cell") or {}
+    axes = (cell.get("config") or {}).get("axes") or ()
+    leaf = leaf_dir(c.get("seed"), c.get("order_seed"), c.get("train_size"), axes)
     return "/".join(str(c.get(k)) for k in ("task", "encoder", "head_label", "freeze_label")) + (
-        f"/seed={c.get('seed')}"
+        f"/{leaf}"
     )
 
 
