@@ -61,15 +61,15 @@ def tests(session: nox.Session) -> None:
 
 
 # The reference experiments (README "Findings"): results/<name>/ and reports/<name>.html.
-REFERENCE_EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds")
+REFERENCE_EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte")
 
 
 @nox.session
 def reproduce(session: nox.Session) -> None:
     """Re-run one reference experiment (resumes), then its tables, README and report.
 
-    ``nox -s reproduce -- fair_heads`` (or fair_table7). Extra arguments after the name
-    are passed to the sweep as overrides.
+    ``nox -s reproduce -- fair_heads`` (or fair_table7, curves_sst2_rte). Extra arguments
+    after the name are passed to the sweep as overrides.
     """
     if not session.posargs or session.posargs[0] not in REFERENCE_EXPERIMENTS:
         session.error(

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench.axes.freezing import STRATEGIES
 from bench.axes.layers import describe_layers
 from bench.axes.optional import PATH_AXES, leaf_dir
+from bench.data.selection import DEFAULT_CARVE
 from bench.errors import ConfigError
 
 #: The file each cell writes, atomically, into its run directory.
@@ -74,6 +75,9 @@ _HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
     "optim": {"fused": False},
     "encoder": {"summary": "first"},
 }
+# Keys of the `selection` group added after heldout results were committed: hashed only when
+# they differ from the old behaviour (`carve: last`, the slice from what the subset leaves).
+_SELECTION_DEFAULTS: dict[str, Any] = {"carve": DEFAULT_CARVE}
 # Cells that read cached hidden states (bench/cache/features.py): whether they read them and in
 # which dtype changes their numbers by rounding (float16 moved 9 of 32 frozen cells of
 # bench.perf; BiLSTM training amplifies even the float32 differences of cached vs uncached),
@@ -226,6 +230,9 @@ def config_hash(cfg: DictConfig) -> str:
     # make them stale (re-trained, the old result kept in superseded/).
     selection = _plain(cfg.get("selection"))
     if selection and selection.get("name", "dev") != "dev":
+        for key, default in _SELECTION_DEFAULTS.items():  # added later: hashed when changed
+            if selection.get(key, default) == default:
+                selection.pop(key, None)
         hashed["selection"] = selection
     search = _plain(cfg.get("search"))
     if search and int(search.get("trials") or 0) > 0:

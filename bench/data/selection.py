@@ -8,11 +8,16 @@ evaluated once per selected model and never steers a choice.
 The slice is drawn with a fixed seed (``data_seed``), independent of the training seed, so
 every cell of a sweep (every head, trial and seed) selects on the same examples:
 
-- with a training subset (``data.train_size``), the subset is drawn first exactly as
-  without a selection slice (:func:`bench.data.sequence_datamodule.subset`), and the slice
-  comes from the examples left over (at most ``size``: RTE with 2,000 training examples
-  keeps its other 490);
-- with the whole training split, the slice is drawn first and the rest trains.
+- ``carve: last`` (the default): with a training subset (``data.train_size``), the subset
+  is drawn first exactly as without a selection slice
+  (:func:`bench.data.sequence_datamodule.subset`), and the slice comes from the examples
+  left over (at most ``size``: RTE with 2,000 training examples keeps its other 490); the
+  slice therefore changes with the training size;
+- ``carve: first`` (learning curves, :func:`carve_first`): the slice is drawn from the whole
+  training split first, and every training subset is a prefix of one fixed permutation of
+  the examples left: subsets of one task are nested, and every training size selects on the
+  same slice, disjoint from all of them;
+- with the whole training split, the slice is drawn first and the rest trains (both ways).
 
 Classification slices are stratified by label (each class keeps its share, largest
 remainders first), regression slices by quantile bins of the score, token-task slices
@@ -37,6 +42,12 @@ MODES = ("heldout", "dev")
 REGRESSION_BINS = 5
 #: The smallest slice worth selecting on.
 MIN_SIZE = 20
+#: Where the slice is carved (``selection.carve``): ``last`` = from what the training subset
+#: leaves (the default, as before the option existed), ``first`` = from the whole training
+#: split, before the training subsets (one slice for every point of a learning curve).
+CARVES = ("last", "first")
+#: ``selection.carve`` when a config does not say (results made before the option).
+DEFAULT_CARVE = CARVES[0]
 
 
 def _strata(labels: Sequence[Any], stratify: str | None) -> np.ndarray:
@@ -106,22 +117,13 @@ def carve_selection(
         ConfigError: When the slice would be smaller than :data:`MIN_SIZE`.
     """
     n = len(labels)
-    if isinstance(size, bool) or not isinstance(size, int) or size < MIN_SIZE:
-        raise ConfigError(f"selection.size={size!r}: must be an integer >= {MIN_SIZE}")
+    _check_size(size)
     strata = _strata(labels, stratify)
+    if train is None:
+        return _slice_first(strata, size, seed, where)
     # A generator of its own (seed, 1): never the stream that drew the training subset.
     rng = np.random.default_rng([seed, 1])
-    everything = np.arange(n)
-    if train is None:
-        if n - size < MIN_SIZE:
-            raise ConfigError(
-                f"selection.size={size} leaves {max(n - size, 0)} of {where}'s {n} examples "
-                f"to train on (at least {MIN_SIZE} needed); lower selection.size or use "
-                f"selection=dev"
-            )
-        select = stratified_draw(everything, strata, size, rng)
-        return np.setdiff1d(everything, select), select
-    rest = np.setdiff1d(everything, train)
+    rest = np.setdiff1d(np.arange(n), train)
     if len(rest) < MIN_SIZE:
         raise ConfigError(
             f"selection=heldout needs at least {MIN_SIZE} of {where}'s {n} examples outside "
@@ -129,3 +131,73 @@ def carve_selection(
             f"data.train_size or use selection=dev"
         )
     return np.sort(train), stratified_draw(rest, strata, min(size, len(rest)), rng)
+
+
+def carve_first(
+    labels: Sequence[Any],
+    train_size: int | None,
+    size: int,
+    seed: int,
+    stratify: str | None,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slice first, from the whole split; then a training subset of what is left.
+
+    The slice is the one :func:`carve_selection` draws without a training subset, so it is
+    the same whatever ``train_size`` is; the training subset is the first ``train_size``
+    examples of one fixed-seed permutation of the examples outside the slice, so the
+    subsets of a learning curve are nested (a smaller one is inside every larger one).
+
+    Args:
+        labels: Every example's label (class id, score, or anything for token tasks).
+        train_size: ``data.train_size``; None trains on every example outside the slice.
+        size: The slice's size.
+        seed: The data seed.
+        stratify: ``"class"``, ``"bins"`` (regression) or None.
+        where: The split, for messages (``"rte train"``).
+
+    Returns:
+        ``(train indices, selection indices)``, both sorted and disjoint.
+
+    Raises:
+        ConfigError: For a slice below :data:`MIN_SIZE`, or a ``train_size`` that is not a
+            positive integer or exceeds the examples outside the slice (naming the maximum).
+    """
+    _check_size(size)
+    n = len(labels)
+    rest, select = _slice_first(_strata(labels, stratify), size, seed, where)
+    if train_size is None:
+        return rest, select
+    if isinstance(train_size, bool) or not isinstance(train_size, int) or train_size < 1:
+        raise ConfigError(f"data.train_size={train_size!r}: must be a positive integer or null")
+    if train_size > len(rest):
+        raise ConfigError(
+            f"data.train_size={train_size} but {where} has {n} examples and selection.carve="
+            f"first holds out {len(select)} of them first: at most {len(rest)} remain to train "
+            f"on (valid: 1..{len(rest)}); lower data.train_size or selection.size"
+        )
+    # A stream of its own (seed, 2): neither the slice's nor carve=last's subset's.
+    order = np.random.default_rng([seed, 2]).permutation(rest)
+    return np.sort(order[:train_size]), select
+
+
+def _check_size(size: object) -> None:
+    """``selection.size`` is an integer of at least :data:`MIN_SIZE`."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < MIN_SIZE:
+        raise ConfigError(f"selection.size={size!r}: must be an integer >= {MIN_SIZE}")
+
+
+def _slice_first(
+    strata: np.ndarray, size: int, seed: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slice drawn from the whole split, and every other example (both sorted)."""
+    n = len(strata)
+    if n - size < MIN_SIZE:
+        raise ConfigError(
+            f"selection.size={size} leaves {max(n - size, 0)} of {where}'s {n} examples "
+            f"to train on (at least {MIN_SIZE} needed); lower selection.size or use "
+            f"selection=dev"
+        )
+    everything = np.arange(n)
+    select = stratified_draw(everything, strata, size, np.random.default_rng([seed, 1]))
+    return np.setdiff1d(everything, select), select

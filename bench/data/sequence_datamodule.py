@@ -23,7 +23,14 @@ from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.location import load_from_hub
 from bench.data.samplers import BucketedLengthSampler
-from bench.data.selection import MODES, SELECTION_SPLIT, carve_selection
+from bench.data.selection import (
+    CARVES,
+    DEFAULT_CARVE,
+    MODES,
+    SELECTION_SPLIT,
+    carve_first,
+    carve_selection,
+)
 from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
 from bench.data.token_cache import cached_encode, columns_digest, tokenizer_digest
 from bench.errors import ConfigError, DataError
@@ -199,6 +206,8 @@ class SplitLoaders(L.LightningDataModule):
             ``{"name": "heldout", "size": n}`` carves the evaluation split ``select`` out of
             train, and the reporting splits are only served by :meth:`report_dataloaders`;
             ``{"name": "dev"}`` (or None: the old behaviour) selects on the reporting splits.
+            ``"carve": "first"`` draws the slice before the training subset (nested subsets,
+            one slice for every training size; :func:`~bench.data.selection.carve_first`).
         order_seed: Seed of the training batch order alone: the shuffle (or the
             length-grouped sampler) draws from a generator of its own, so the order is the
             same whatever the training seed and the model drew before. None: from torch's
@@ -240,12 +249,19 @@ class SplitLoaders(L.LightningDataModule):
             raise ConfigError(
                 f"selection.name={self.selection.get('name')!r}; valid choices: {', '.join(MODES)}"
             )
+        if self.carve not in CARVES:
+            raise ConfigError(f"selection.carve={self.carve!r}; valid choices: {', '.join(CARVES)}")
         self.selection_ids: list[int] = []  # the slice's `idx` values (heldout)
         self.train: Any = None
         self._batch: Collate = self._collate  # see use_splits
         self.dev: dict[str, Any] = {}
         self.train_labels: list[Any] = []
         self.dev_labels: dict[str, list[Any]] = {}
+
+    @property
+    def carve(self) -> str:
+        """Where the slice is carved: ``last`` (from what the subset leaves) or ``first``."""
+        return str(self.selection.get("carve", DEFAULT_CARVE))
 
     @property
     def heldout(self) -> bool:
@@ -341,16 +357,8 @@ class SplitLoaders(L.LightningDataModule):
             return
         where = f"{self.spec.name} train"
         full = self._load(self.spec.train)
-        rows = subset_indices(len(full["idx"]), self.train_size, self.data_seed, where)
-        if self.heldout:
-            rows, select = carve_selection(
-                full["label"],
-                rows,
-                self.selection.get("size"),  # type: ignore[arg-type]  # checked there
-                self.data_seed,
-                self._stratify(),
-                where,
-            )
+        rows, select = self._carve(full["label"], where)
+        if select is not None:
             columns = take(full, select)
             self.selection_ids = [int(i) for i in columns["idx"]]
             self.dev_labels[SELECTION_SPLIT] = list(columns["label"])
@@ -366,6 +374,35 @@ class SplitLoaders(L.LightningDataModule):
             self.dev_labels[name] = list(columns["label"])
             self._keep_dev(name, columns)
             self.dev[name] = self._encode_once(columns, f"{self.spec.name} {name}", name)
+
+    def _carve(self, labels: list[Any], where: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The training split's rows that train (None: all) and the selection slice's rows.
+
+        The slice is None when dev selects; with ``carve: first`` it is drawn before the
+        training subset (:func:`~bench.data.selection.carve_first`), else from what the
+        subset leaves (:func:`~bench.data.selection.carve_selection`).
+        """
+        n, size = len(labels), self.selection.get("size")
+        if self.heldout and self.carve == "first":
+            return carve_first(
+                labels,
+                self.train_size,
+                size,  # type: ignore[arg-type]  # checked there
+                self.data_seed,
+                self._stratify(),
+                where,
+            )
+        rows = subset_indices(n, self.train_size, self.data_seed, where)
+        if not self.heldout:
+            return rows, None
+        return carve_selection(
+            labels,
+            rows,
+            size,  # type: ignore[arg-type]  # checked there
+            self.data_seed,
+            self._stratify(),
+            where,
+        )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled training batches, length-grouped if asked.

@@ -2,10 +2,11 @@
 
 ``python -m bench.report <results-or-multirun-dir> -o reports/<name>.html`` and, at the
 end of every multirun, the collecting callback (``report_file`` in the config). Sections:
-headline verdicts, heads × freezing, seed spread, cost vs score, layer analysis, learning
-curves, calibration (only when the predictions carry class probabilities), variance
-sources (only when seeds are crossed with order seeds), provenance;
-sections are numbered by position. Figures are embedded SVG; there is no JavaScript.
+headline verdicts, heads × freezing, learning curves by training size (only when a setting
+ran at several training sizes), seed spread, cost vs score, layer analysis, learning
+curves per epoch, calibration (only when the predictions carry class probabilities),
+variance sources (only when seeds are crossed with order seeds), provenance; sections
+are numbered by position. Figures are embedded SVG; there is no JavaScript.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from bench.report.sections import (
     layer_section,
     spread_section,
 )
+from bench.report.training_size import training_size_section
 from bench.report.variance import variance_section
 
 #: The sections in order; a builder that returns None has nothing to show for this source.
 SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     headline_section,
     heads_section,
+    training_size_section,
     spread_section,
     cost_section,
     layer_section,

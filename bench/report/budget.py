@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
+
+from bench.data.selection import DEFAULT_CARVE
+from bench.results.curves import size_key, size_text, whole_number
 
 #: Optimiser settings named when a sweep ran without a search (the fixed configuration).
 FIXED_OPTIM_KEYS = ("encoder_lr", "head_lr", "frozen_head_lr", "weight_decay", "warmup_ratio")
@@ -34,6 +37,9 @@ class Budget:
         selection_size: Examples in the held-out slice (None on dev).
         max_epochs: The maximum number of epochs.
         train_size: Training examples (None: the whole training split).
+        carve: Where a held-out slice was carved (``selection.carve``): ``last`` from what
+            the training subset left, ``first`` before the subsets (one slice for every
+            training size); None on dev.
     """
 
     search: str
@@ -46,6 +52,7 @@ class Budget:
     selection_size: int | None
     max_epochs: int | None
     train_size: int | None
+    carve: str | None = None
 
 
 def _family(freeze: str) -> str:
@@ -85,19 +92,33 @@ def cell_budget(record: dict[str, Any]) -> Budget:
         else None,
         max_epochs=(config.get("trainer") or {}).get("max_epochs"),
         train_size=(config.get("data") or {}).get("train_size"),
+        carve=str(selection.get("carve", DEFAULT_CARVE)) if mode == "heldout" else None,
     )
 
 
-def _setting(record: dict[str, Any]) -> tuple[str, str, str]:
+#: A setting whose heads must share one budget: task, encoder, freezing label, training
+#: size (:data:`bench.results.stats.WHOLE_SPLIT` for the whole split).
+Setting = tuple[str, str, str, int]
+
+
+def _setting(record: dict[str, Any]) -> Setting:
+    """(task, encoder, freeze_label, training size): the size of the cell, else its config's."""
     cell = record.get("cell") or {}
-    return (str(cell.get("task")), str(cell.get("encoder")), str(cell.get("freeze_label")))
+    data = (record.get("config") or {}).get("data") or {}
+    size = cell.get("train_size", data.get("train_size"))
+    return (
+        str(cell.get("task")),
+        str(cell.get("encoder")),
+        str(cell.get("freeze_label")),
+        whole_number(size),
+    )
 
 
 def budgets_by_setting(
     cells: Iterable[dict[str, Any]],
-) -> dict[tuple[str, str, str], dict[Budget, set[str]]]:
-    """Per (task, encoder, freeze_label): each distinct budget and the heads that had it."""
-    out: dict[tuple[str, str, str], dict[Budget, set[str]]] = defaultdict(lambda: defaultdict(set))
+) -> dict[Setting, dict[Budget, set[str]]]:
+    """Per (task, encoder, freeze_label, training size): each budget and the heads that had it."""
+    out: dict[Setting, dict[Budget, set[str]]] = defaultdict(lambda: defaultdict(set))
     for record in cells:
         if not isinstance(record, dict):
             continue
@@ -109,13 +130,20 @@ def budgets_by_setting(
 def unequal_settings(cells: Iterable[dict[str, Any]]) -> list[str]:
     """One line per setting whose heads did not share one budget (empty: all fair)."""
     lines = []
-    for (task, encoder, freeze), found in sorted(budgets_by_setting(cells).items()):
+    budgets = budgets_by_setting(cells)
+    sizes: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+    for task, encoder, freeze, size in budgets:
+        sizes[(task, encoder, freeze)].add(size)
+    for (task, encoder, freeze, size), found in sorted(budgets.items()):
         if len(found) > 1:
             parts = "; ".join(
                 f"{', '.join(sorted(heads))}: {describe_search(budget)}"
                 for budget, heads in sorted(found.items(), key=lambda kv: sorted(kv[1]))
             )
-            lines.append(f"{task} / {encoder} / {freeze}: unequal budgets ({parts})")
+            where = f"{task} / {encoder} / {freeze}"
+            if len(sizes[(task, encoder, freeze)]) > 1:  # one size of a learning curve
+                where += f" / {size_text(size)}"
+            lines.append(f"{where}: unequal budgets ({parts})")
     return lines
 
 
@@ -142,9 +170,14 @@ def describe_selection(budget: Budget) -> str:
     """The selection part of a budget in words."""
     if budget.selection == "heldout":
         size = f"{budget.selection_size:,} examples" if budget.selection_size else "a slice"
+        first = (
+            " before the training subsets were drawn, the same slice at every training size"
+            if budget.carve == "first"
+            else ""
+        )
         return (
-            f"epoch and trial chosen on {size} held out from train (never on the reported "
-            "split, which is scored once per selected model)"
+            f"epoch and trial chosen on {size} held out from train{first} (never on the "
+            "reported split, which is scored once per selected model)"
         )
     return (
         "epoch chosen on dev, the split that is reported (selection=dev: optimistic, and it "
@@ -152,13 +185,21 @@ def describe_selection(budget: Budget) -> str:
     )
 
 
-def describe_training(budget: Budget) -> str:
-    """Epochs and training data in words."""
-    data = (
-        f"{budget.train_size:,} training examples"
-        if budget.train_size
-        else "the whole training split"
-    )
+def describe_training(budget: Budget, sizes: Sequence[int | None] = ()) -> str:
+    """Epochs and training data in words.
+
+    Args:
+        budget: The budget.
+        sizes: The training sizes of a learning curve that shares this budget otherwise
+            (two or more: named together); else the budget's own ``train_size``.
+    """
+    if len(sizes) > 1:
+        named = [f"{s:,}" if s else "the whole split" for s in sizes]
+        data = f"{', '.join(named[:-1])} or {named[-1]} training examples (a learning curve)"
+    elif budget.train_size:
+        data = f"{budget.train_size:,} training examples"
+    else:
+        data = "the whole training split"
     epochs = f"at most {budget.max_epochs} epochs" if budget.max_epochs else "the default epochs"
     return f"{data}, {epochs}"
 
@@ -175,19 +216,28 @@ def budget_lines(cells: Iterable[dict[str, Any]]) -> list[str]:
     Returns:
         Plain-text sentences (empty without cells).
     """
-    grouped: dict[tuple[str, Budget], set[str]] = defaultdict(set)
-    for (task, _encoder, freeze), found in budgets_by_setting(cells).items():
+    # Budgets that differ only by training size are one learning curve: said once.
+    grouped: dict[tuple[str, Budget], dict[str, set[int | None]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
+    for (task, _encoder, freeze, _size), found in budgets_by_setting(cells).items():
         for budget in found:
-            grouped[(freeze, budget)].add(task)
-    lines = []
-    for (freeze, budget), tasks in sorted(
-        grouped.items(), key=lambda kv: (kv[0][0], sorted(kv[1]))
-    ):
-        lines.append(
-            f"{freeze} ({', '.join(sorted(tasks))}): {describe_search(budget)}; "
-            f"{describe_selection(budget)}; {describe_training(budget)}."
-        )
-    return lines
+            grouped[(freeze, replace(budget, train_size=None))][task].add(budget.train_size)
+    found_lines = []
+    for (freeze, budget), by_task in grouped.items():
+        curves: dict[tuple[int | None, ...], set[str]] = defaultdict(set)
+        for task, task_sizes in by_task.items():
+            curves[tuple(sorted(task_sizes, key=size_key))].add(task)
+        for sizes, tasks in curves.items():
+            own = replace(budget, train_size=sizes[0])
+            found_lines.append(
+                (
+                    (freeze, sorted(tasks)),
+                    f"{freeze} ({', '.join(sorted(tasks))}): {describe_search(own)}; "
+                    f"{describe_selection(own)}; {describe_training(own, list(sizes))}.",
+                )
+            )
+    return [line for _, line in sorted(found_lines, key=lambda kv: kv[0])]
 
 
 def dev_selected(cells: Iterable[dict[str, Any]]) -> int:
@@ -205,7 +255,6 @@ def tuning_seconds(cells: Iterable[dict[str, Any]]) -> tuple[float, int]:
         search = record.get("search") if isinstance(record, dict) else None
         if not isinstance(search, dict):
             continue
-        cell = record.get("cell") or {}
-        key = json.dumps([cell.get(k) for k in ("task", "encoder", "head_label", "freeze_label")])
+        key = json.dumps([*_setting(record), (record.get("cell") or {}).get("head_label")])
         seen[key] = (float(search.get("train_time_s") or 0.0), len(search.get("scores") or {}))
     return sum(s for s, _ in seen.values()), sum(n for _, n in seen.values())

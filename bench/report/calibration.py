@@ -23,10 +23,11 @@ from bench.results.calibration import (
     has_probabilities,
     pooled_reliability,
 )
+from bench.results.curves import freeze_text, size_key, sized_settings, whole_number
 
 TITLE = "7. Calibration"
 #: The reliability diagrams' panels: one per setting and split (before / after scaling).
-PANEL_KEYS = ["task", "encoder", "freeze_label", "split"]
+PANEL_KEYS = ["task", "encoder", "freeze_label", "train_size", "split"]
 
 
 def definitions(n_bins: int = N_BINS) -> str:
@@ -52,20 +53,25 @@ def _mean_std(mean: float, std: float, scale: float = 1.0, digits: int = 3) -> s
 
 
 def summary_rows(summary: pd.DataFrame, palette: Palette) -> list[list[object]]:
-    """One table row per freezing strategy and head of one task, encoder and split."""
+    """One table row per freezing strategy and head of one task, encoder and split.
+
+    A setting that ran at several training sizes has a row per size, its size shown.
+    """
     freezes = ordered_freezes(summary["freeze_label"])
     heads = palette.heads
+    sized = sized_settings(summary)
 
-    def key(row: pd.Series) -> tuple[int, int, str]:
+    def key(row: pd.Series) -> tuple[int, float, int, str]:
         head = str(row["head_label"])
         rank = heads.index(head) if head in heads else len(heads)
-        return freezes.index(str(row["freeze_label"])), rank, head
+        return freezes.index(str(row["freeze_label"])), size_key(row["train_size"]), rank, head
 
     rows = []
     for _, r in sorted(summary.iterrows(), key=lambda ir: key(ir[1])):
+        shown = freeze_text(r["task"], r["encoder"], r["freeze_label"], r["train_size"], sized)
         rows.append(
             [
-                r["freeze_label"],
+                shown,
                 r["head_label"],
                 f"{int(r['seeds'])}" + ("" if r["scaled_seeds"] == r["seeds"] else "*"),
                 _mean_std(r["accuracy_mean"], r["accuracy_std"], 100, 1),
@@ -96,6 +102,22 @@ HEADER = [
 ]
 
 
+def largest_sizes(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows at the largest training size of each setting (the whole split counts largest).
+
+    A learning curve's reliability diagrams would fill pages, one per size: the report
+    draws its largest size (the tables list every size). ``train_size`` is returned as
+    whole numbers (:func:`bench.results.curves.whole_number`).
+    """
+    frame = frame.assign(train_size=[whole_number(v) for v in frame["train_size"]])
+    if frame.empty:
+        return frame
+    order = frame["train_size"].map(size_key)
+    keys = [frame[k] for k in ("task", "encoder", "freeze_label")]
+    largest = order.groupby(keys).transform("max")
+    return frame[order == largest]
+
+
 def reliability_diagram(
     points: pd.DataFrame, palette: Palette, multi_encoder: bool
 ) -> Figure | None:
@@ -107,10 +129,13 @@ def reliability_diagram(
         multi_encoder: Whether to name the encoder in panel titles.
 
     Returns:
-        The figure (two panels per setting and split: before, after), or None without data.
+        The figure (two panels per setting and split: before, after; a learning curve at
+        its largest training size, :func:`largest_sizes`), or None without data.
     """
     if points.empty:
         return None
+    sized = sized_settings(points)
+    points = largest_sizes(points)
     freezes = palette.freezes
     settings = sorted(
         {tuple(k) for k in points[PANEL_KEYS].itertuples(index=False)},
@@ -118,18 +143,21 @@ def reliability_diagram(
             str(k[0]),
             str(k[1]),
             freezes.index(k[2]) if k[2] in freezes else len(freezes),
-            str(k[3]),
+            size_key(k[3]),
+            str(k[4]),
         ),
     )
     fig, axes = grid(2 * len(settings), columns=2, width=3.8, height=3.4)
-    for i, (task, encoder, freeze, split) in enumerate(settings):
+    for i, (task, encoder, freeze, size, split) in enumerate(settings):
         where = (
             (points["task"] == task)
             & (points["encoder"] == encoder)
             & (points["freeze_label"] == freeze)
+            & (points["train_size"] == size)
             & (points["split"] == split)
         )
         name = f"{task_title(task)} · {encoder}" if multi_encoder else task_title(task)
+        freeze = freeze_text(task, encoder, freeze, size, sized)
         for ax, scaled in zip(axes[2 * i : 2 * i + 2], (False, True), strict=True):
             ax.plot([0, 1], [0, 1], color="#888", lw=0.8, ls="--")
             shown = points[where & (points["scaled"] == scaled)]
@@ -212,7 +240,12 @@ def calibration_section(ctx: ReportContext) -> Section | None:
                 "Reliability diagrams per head, before and after temperature scaling",
                 f"Mean accuracy against mean confidence in each of {N_BINS} equal-width "
                 "confidence bins with examples, all seeds' examples pooled (after scaling: each "
-                "run at its own temperature). Points under the diagonal: overconfident.",
+                "run at its own temperature). Points under the diagonal: overconfident."
+                + (
+                    " A setting that ran at several training sizes is drawn at its largest."
+                    if sized_settings(bins)
+                    else ""
+                ),
             )
         )
     return Section("calibration", TITLE, "\n".join(parts))

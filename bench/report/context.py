@@ -9,9 +9,8 @@ import pandas as pd
 from bench.report.inputs import ReportInputs
 from bench.report.style import Palette
 from bench.results import stats
+from bench.results.curves import freeze_text, size_key, sized_settings
 from bench.results.tables import METRIC_NAMES
-
-ALPHA = 0.05  # significance level after Holm's correction
 
 
 @dataclass
@@ -25,6 +24,8 @@ class ReportContext:
         cells: :func:`bench.results.stats.cell_stats` (one row per setting).
         comparisons: :func:`bench.results.stats.compare_heads` (paired, Holm-corrected).
         multi_encoder: Whether the report covers several encoders.
+        sized: The (task, encoder, freeze_label) settings that ran at several training
+            sizes (:func:`bench.results.curves.sized_settings`): shown with their size.
     """
 
     inputs: ReportInputs
@@ -33,16 +34,38 @@ class ReportContext:
     cells: pd.DataFrame
     comparisons: pd.DataFrame
     multi_encoder: bool
+    sized: frozenset[tuple[str, str, str]] = frozenset()
+
+    def freeze_text(self, row: pd.Series | dict) -> str:
+        """A row's freezing label, with its training size where the setting has several.
+
+        Args:
+            row: Anything with ``task``, ``encoder``, ``freeze_label`` and ``train_size``.
+
+        Returns:
+            ``frozen``, or ``frozen, 400 examples`` (:func:`bench.results.curves.freeze_text`).
+        """
+        return freeze_text(
+            row["task"], row["encoder"], row["freeze_label"], row.get("train_size"), self.sized
+        )
 
     def sort_key(self, keys: tuple) -> tuple:
-        """Order setting keys by task, encoder, training size (if given), freeze, head."""
+        """Order setting keys by task, encoder, freeze, training size (if given), head.
+
+        Args:
+            keys: ``(task, encoder, head_label, freeze_label[, train_size])``, the order
+                of :data:`bench.results.stats.GROUP_KEYS`.
+
+        Returns:
+            The sort key (the whole training split after every numbered size).
+        """
         task, encoder, head, freeze, *rest = keys
         heads, freezes = self.palette.heads, self.palette.freezes
         return (
             str(task),
             str(encoder),
-            *rest,
             freezes.index(freeze) if freeze in freezes else len(freezes),
+            *(size_key(size) for size in rest),
             heads.index(head) if head in heads else len(heads),
         )
 
@@ -61,6 +84,7 @@ def build_context(inputs: ReportInputs) -> ReportContext:
         cells=cells,
         comparisons=comparisons,
         multi_encoder=table["encoder"].nunique() > 1,
+        sized=sized_settings(cells),
     )
 
 
@@ -72,6 +96,11 @@ def short_metric(metric: str) -> str:
 def points(value: float, digits: int = 1) -> str:
     """A [0, 1] score as points ×100 (``0.8123`` → ``81.2``); empty for NaN."""
     return "" if pd.isna(value) else f"{100 * value:.{digits}f}"
+
+
+def interval(low: float, high: float) -> str:
+    """An interval of [0, 1] scores as points ×100 (``81.0 to 83.5``); ``–`` when undefined."""
+    return f"{points(low)} to {points(high)}" if pd.notna(low) and pd.notna(high) else "–"
 
 
 def pvalue(value: float) -> str:

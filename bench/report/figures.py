@@ -27,25 +27,52 @@ from bench.report.style import (
     seeds_text,
     task_title,
 )
+from bench.results.curves import CURVE_KEYS, size_text, split_by_size
+from bench.results.stats import WHOLE_SPLIT
 from bench.results.tables import METRIC_NAMES
 
 PANEL_KEYS = ["task", "encoder"]
+#: A panel: task, encoder, and the training size where the panel is one size of a curve.
+Panel = tuple[str, str, int | None]
 
 
-def panel_title(task: str, encoder: str, multi_encoder: bool) -> str:
-    """``SST-2`` or ``SST-2 · minilm`` when the report has several encoders."""
-    return f"{task_title(task)} · {encoder}" if multi_encoder else task_title(task)
+def panel_title(task: str, encoder: str, multi_encoder: bool, size: int | None = None) -> str:
+    """``SST-2``, ``SST-2 · minilm`` with several encoders, ``SST-2 · 400 examples``."""
+    title = f"{task_title(task)} · {encoder}" if multi_encoder else task_title(task)
+    return title if size is None else f"{title} · {size_text(size)}"
 
 
-def heading(task: str, encoder: str, multi_encoder: bool, group: pd.DataFrame, seeds: str) -> str:
-    """Panel title: task (and encoder), the metric's name and the number of seeds."""
+def heading(
+    task: str,
+    encoder: str,
+    multi_encoder: bool,
+    group: pd.DataFrame,
+    seeds: str,
+    size: int | None = None,
+) -> str:
+    """Panel title: task (and encoder, size), the metric's name and the number of seeds."""
     metric = str(group["metric"].iloc[0]) if "metric" in group and len(group) else ""
     name = METRIC_NAMES.get(metric, metric)
-    return f"{panel_title(task, encoder, multi_encoder)} — {name}, {seeds}"
+    return f"{panel_title(task, encoder, multi_encoder, size)} — {name}, {seeds}"
 
 
-def _panels(frame: pd.DataFrame) -> list[tuple[tuple[str, str], pd.DataFrame]]:
-    return [(keys, group) for keys, group in frame.groupby(PANEL_KEYS, sort=True)]
+def panels(frame: pd.DataFrame) -> list[tuple[Panel, pd.DataFrame]]:
+    """The panels of a figure: one per task and encoder, and per training size where needed.
+
+    A task and encoder whose settings ran at several training sizes (a learning curve,
+    :func:`bench.results.curves.sized_settings`) get one panel per size, so no panel mixes
+    the sizes of one head; elsewhere the size is None and the panel is as before.
+
+    Args:
+        frame: Rows with ``task`` and ``encoder`` (and ``freeze_label``, ``train_size``).
+
+    Returns:
+        ``((task, encoder, size), rows)`` pairs in order (sizes ascending).
+    """
+    return [
+        ((task, encoder, size), rows)
+        for (task, encoder), size, rows in split_by_size(frame, PANEL_KEYS)
+    ]
 
 
 def _head_legend(
@@ -108,8 +135,8 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
             markeredgewidth=2,
         )
     labels = [
-        f"{panel_title(r['task'], r['encoder'], multi_encoder)} · {r['freeze_label']}: "
-        f"{r['winner']} vs {r['runner_up']}"
+        f"{panel_title(r['task'], r['encoder'], multi_encoder)} · "
+        f"{r.get('freeze_shown', r['freeze_label'])}: {r['winner']} vs {r['runner_up']}"
         for _, r in rows.iterrows()
     ]
     ax.set_yticks(y, labels)
@@ -138,9 +165,9 @@ def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     cells = cells[cells["n"] > 0]
     if cells.empty:
         return None
-    panels = _panels(cells)
-    fig, axes = grid(len(panels))
-    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+    found = panels(cells)
+    fig, axes = grid(len(found))
+    for ax, ((task, encoder, size), group) in zip(axes, found, strict=True):
         freezes = ordered_freezes(group["freeze_label"])
         heads = [h for h in palette.heads if h in set(group["head_label"])]
         width = 0.8 / max(len(heads), 1)
@@ -181,7 +208,7 @@ def heads_bars(cells: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         ax.set_xticks(range(len(freezes)), freezes)
         ax.set_xlabel("freezing strategy")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"])))
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"]), size))
         ax.grid(axis="x", visible=False)
     fig.suptitle("Main metric by head and freezing strategy: mean over seeds, 95% bootstrap CI")
     _head_legend(fig, palette, [h for h in palette.heads if h in set(cells["head_label"])])
@@ -201,9 +228,9 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
     """
     if runs.empty:
         return None
-    panels = _panels(runs)
-    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
-    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+    found = panels(runs)
+    fig, axes = grid(len(found), columns=2, width=5.2, height=3.2)
+    for ax, ((task, encoder, size), group) in zip(axes, found, strict=True):
         settings = [
             (h, f)
             for f in ordered_freezes(group["freeze_label"])
@@ -251,7 +278,7 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         ax.set_xlabel("head / freezing strategy")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
         counts = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
-        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(counts)))
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(counts), size))
         ax.grid(axis="x", visible=False)
     fig.suptitle(
         "Every seed: points = runs; × = failed (at or below the majority baseline); "
@@ -270,9 +297,9 @@ def _evp_panels(
     ylabel: str,
 ) -> Figure:
     """Expected-maximum curves (``x`` against ``expected_max`` ± std), one panel per task."""
-    panels = _panels(evp)
-    fig, axes = grid(len(panels), columns=2, width=5.2, height=3.2)
-    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+    found = panels(evp)
+    fig, axes = grid(len(found), columns=2, width=5.2, height=3.2)
+    for ax, ((task, encoder, size), group) in zip(axes, found, strict=True):
         for freeze in ordered_freezes(group["freeze_label"]):
             for head in palette.heads:
                 rows = group[(group["head_label"] == head) & (group["freeze_label"] == freeze)]
@@ -296,7 +323,7 @@ def _evp_panels(
         metric = group["metric"].iloc[0] if "metric" in group else group["selection_metric"].iloc[0]
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{ylabel} {metric_title(metric)}")
-        ax.set_title(panel_title(task, encoder, multi_encoder))
+        ax.set_title(panel_title(task, encoder, multi_encoder, size))
         ax.xaxis.get_major_locator().set_params(integer=True)
     _frame_legend(fig, palette, evp)
     return fig
@@ -381,9 +408,9 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
     costs = costs.dropna(subset=["mean"])
     if costs.empty:
         return None
-    panels = _panels(costs)
-    fig, axes = grid(2 * len(panels), columns=2, width=4.4, height=3.0)
-    for i, ((task, encoder), group) in enumerate(panels):
+    found = panels(costs)
+    fig, axes = grid(2 * len(found), columns=2, width=4.4, height=3.0)
+    for i, ((task, encoder, size), group) in enumerate(found):
         for j, (column, label) in enumerate(COST_AXES):
             ax: Axes = axes[2 * i + j]
             flag = "pareto_params" if column == "trainable_params" else "pareto_time"
@@ -413,7 +440,7 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
                 ax.set_xscale("log")
             ax.set_xlabel(label)
             ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-            ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"])))
+            ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(group["n"]), size))
     fig.suptitle("Cost vs score (mean over seeds); black outline + dashed step = Pareto front")
     _frame_legend(fig, palette, costs)
     return fig
@@ -485,9 +512,9 @@ def learning_curves(history: pd.DataFrame, palette: Palette, multi_encoder: bool
     """
     if history.empty:
         return None
-    panels = _panels(history)
-    fig, axes = grid(len(panels))
-    for ax, ((task, encoder), group) in zip(axes, panels, strict=True):
+    found = panels(history)
+    fig, axes = grid(len(found))
+    for ax, ((task, encoder, size), group) in zip(axes, found, strict=True):
         for (head, freeze), rows in group.groupby(["head_label", "freeze_label"], sort=True):
             curve = rows.groupby("epoch")["value"].agg(["mean", "min", "max"]).sort_index()
             epochs = curve.index.to_numpy(dtype=float) + 1  # epochs shown 1-based
@@ -506,12 +533,88 @@ def learning_curves(history: pd.DataFrame, palette: Palette, multi_encoder: bool
         seeds = group.groupby(["head_label", "freeze_label"])["seed"].nunique()
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
-        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(seeds)))
+        ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(seeds), size))
         ax.xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(
         "Learning curves: dev main metric after each epoch (line = mean, band = min–max over seeds)"
     )
     _frame_legend(fig, palette, history)
+    return fig
+
+
+def size_curves(
+    points: pd.DataFrame, leaders: pd.DataFrame, palette: Palette, multi_encoder: bool
+) -> Figure | None:
+    """Score against training size (log x) per head, one panel per learning curve.
+
+    Args:
+        points: :func:`bench.results.curves.curve_points` rows.
+        leaders: :func:`bench.results.curves.curve_leaders` rows of the same table.
+        palette: Report palette.
+        multi_encoder: Whether to name the encoder in panel titles.
+
+    Returns:
+        The figure (line = mean over seeds, band = 95% Student-t interval; a vertical line
+        where the leading head changes: solid and starred when the new leader is
+        significantly ahead there, dotted and "n.s." otherwise), or None without a curve.
+    """
+    points = points[(points["n"] > 0) & (points["train_size"] != WHOLE_SPLIT)]
+    if points.empty:
+        return None
+    curves = list(points.groupby(CURVE_KEYS, sort=True))
+    fig, axes = grid(len(curves), columns=2, width=5.2, height=3.4)
+    for ax, ((task, encoder, freeze), group) in zip(axes, curves, strict=True):
+        for head in [h for h in palette.heads if h in set(group["head_label"])]:
+            rows = group[group["head_label"] == head].sort_values("train_size")
+            x = rows["train_size"].to_numpy(dtype=float)
+            colour = palette.colour(head)
+            ax.plot(x, 100 * rows["mean"], color=colour, marker="o", ms=4, lw=1.4, label=head)
+            band = rows[rows["t_low"].notna()]
+            ax.fill_between(
+                band["train_size"].to_numpy(dtype=float),
+                100 * band["t_low"].to_numpy(dtype=float),
+                100 * band["t_high"].to_numpy(dtype=float),
+                color=colour,
+                alpha=0.15,
+                lw=0,
+            )
+        mine = leaders[
+            (leaders["task"] == task)
+            & (leaders["encoder"] == encoder)
+            & (leaders["freeze_label"] == freeze)
+            & (leaders["train_size"] != WHOLE_SPLIT)
+        ]
+        previous = mine["train_size"].shift(1)
+        for (_, r), before in zip(mine.iterrows(), previous, strict=True):
+            if not r["changed"] or pd.isna(before):
+                continue
+            sure = bool(r["change_significant"])
+            x = float(np.sqrt(before * r["train_size"]))  # between the two sizes (log axis)
+            ax.axvline(x, color="#444", lw=1.0 if sure else 0.8, ls="-" if sure else ":")
+            ax.annotate(
+                f"{r['leader']} leads ({r['change_tier'] if sure else 'n.s.'})",
+                (x, 0.02),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color="#444",
+            )
+        sizes = sorted(group["train_size"].unique())
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [f"{s:,}" for s in sizes], fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlabel("training examples (log scale)")
+        ax.set_ylabel(f"dev {metric_title(group['metric'].iloc[0])}")
+        where = panel_title(task, encoder, multi_encoder)
+        counts = group["n"]
+        ax.set_title(f"{where} · {freeze} — {seeds_text(counts)}")
+    fig.suptitle(
+        "Score by training size: mean over seeds, 95% t-interval (bands)\nvertical line: "
+        "the lead changes (solid: significant, Holm in the curve; dotted: n.s.)"
+    )
+    _head_legend(fig, palette, [h for h in palette.heads if h in set(points["head_label"])])
     return fig
 
 

@@ -30,12 +30,20 @@ from bench.results.calibration import (
     calibration_tables,
     has_probabilities,
 )
+from bench.results.curves import (
+    CURVE_KEYS,
+    change_verdict,
+    changes_text,
+    leaders_of,
+    size_range,
+    size_text,
+)
 from bench.results.predictions import read_predictions
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 #: The reference experiments under the evaluation protocol, in the order shown.
-EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds")
+EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte")
 
 
 def experiment_finding(source: Path) -> str:
@@ -56,7 +64,9 @@ def experiment_finding(source: Path) -> str:
     winners = []
     for freeze, group in frame.groupby("freeze_label", sort=False):
         per_task = ", ".join(
-            f"{task_title(r['task'])} `{r['winner']}` {points(r['winner_mean'])}"
+            f"{task_title(r['task'])}"
+            + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
+            + f" `{r['winner']}` {points(r['winner_mean'])}"
             + (f" ({r['tier']})" if r["significant"] else "")
             for _, r in group.iterrows()
         )
@@ -71,7 +81,7 @@ def experiment_finding(source: Path) -> str:
     if not clear.empty:
         top = clear.sort_values("margin", ascending=False).iloc[0]
         text += (
-            f"; the largest such margin: {task_title(top['task'])} {top['freeze_label']}, "
+            f"; the largest such margin: {task_title(top['task'])} {top['freeze_shown']}, "
             f"`{top['winner']}` over `{top['runner_up']}` by {points(top['margin'])} "
             f"{short_metric(top['metric'])} points (95% t-interval {points(top['ci_low'])} to "
             f"{points(top['ci_high'])}, p = {pvalue(top['p_holm'])})"
@@ -81,10 +91,78 @@ def experiment_finding(source: Path) -> str:
     calibration = calibration_sentence(ctx.inputs.predictions)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
+    curves = curves_sentence(leaders_of(ctx.cells, ctx.comparisons), ctx.multi_encoder)
+    if curves is not None:  # only experiments with learning curves
+        text += f" {curves}"
     variance = variance_sentence(ctx.inputs.table)
     if variance is not None:  # only studies that cross seeds with order seeds
         text += f" {variance}"
     return text + "\n"
+
+
+def _led(head: str, low: int, high: int) -> str:
+    """A head's run of sizes as the leader: ``at 100 examples``, ``from 100 to 400 examples``."""
+    if low == high:
+        return f"`{head}` at {size_text(low)}"
+    return f"`{head}` from {size_range(low, high)}"
+
+
+def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str | None:
+    """One sentence on learning curves: the leader per curve, and each change of lead.
+
+    A change is called significant only when the new leader is significantly ahead of the
+    previous one at that size (:func:`bench.results.curves.curve_leaders`).
+
+    Args:
+        leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment.
+        multi_encoder: Whether to name the encoder of each curve.
+
+    Returns:
+        The sentence, or None when no setting ran at two or more training sizes.
+    """
+    if leaders.empty:
+        return None
+    curves: list[str] = []
+    changes: list[str] = []
+    for (task, encoder, freeze), curve in leaders.groupby(CURVE_KEYS, sort=True):
+        name = task_title(task) + (f" ({encoder})" if multi_encoder else "") + f" {freeze}"
+        sizes = size_range(curve["train_size"].iloc[0], curve["train_size"].iloc[-1])
+        runs: list[list] = []  # consecutive sizes led by one head: [head, first, last]
+        for _, r in curve.iterrows():
+            if runs and runs[-1][0] == r["leader"]:
+                runs[-1][2] = r["train_size"]
+            else:
+                runs.append([r["leader"], r["train_size"], r["train_size"]])
+        if len(runs) == 1:
+            curves.append(f"{name} ({sizes}): `{runs[0][0]}` at every size")
+        else:
+            curves.append(f"{name}: " + ", then ".join(_led(*run) for run in runs))
+        for _, r in curve[curve["changed"].astype(bool)].iterrows():
+            if pd.notna(r["change_p_holm"]):
+                tier = r["change_tier"] if r["change_significant"] else "not significant"
+                detail = (
+                    f"by {points(r['change'])} points (95% t-interval "
+                    f"{points(r['change_t_low'])} to {points(r['change_t_high'])}, "
+                    f"p = {pvalue(r['change_p_holm'])}, {tier})"
+                )
+            else:
+                detail = f"({change_verdict(r)})"
+            changes.append(
+                f"{name} at {size_text(r['train_size'])}, `{r['leader']}` overtakes "
+                f"`{r['previous']}` {detail}"
+            )
+    text = (
+        "Learning curves (dev, leading head by mean at each training size): "
+        + "; ".join(curves)
+        + f". The lead changes hands {changes_text(leaders)}"
+        + (
+            " (the new leader ahead of the previous one at that size: paired t-test over "
+            "seeds, Holm over each curve's leader comparisons)"
+            if changes
+            else ""
+        )
+    )
+    return text + (": " + "; ".join(changes) + "." if changes else ".")
 
 
 def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str | None:

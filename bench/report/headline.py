@@ -1,6 +1,7 @@
 """Section 1: the verdict under equal budget.
 
-Per task × encoder × freezing strategy: the winning head (best mean main metric on the
+Per task × encoder × freezing strategy (× training size, for a learning curve; such
+settings are named with their size): the winning head (best mean main metric on the
 reporting split), its margin over every other head paired by seed with a Student-t
 interval, the paired t-test Holm-corrected over *every* comparison the headline shows
 (winner vs each other head, all settings together), the significance tier, the runs
@@ -16,15 +17,19 @@ import pandas as pd
 
 import bench.report.figures as figures
 from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
-from bench.report.context import ALPHA, ReportContext, points, pvalue, short_metric
+from bench.report.context import ReportContext, interval, points, pvalue, short_metric
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
+from bench.results.curves import freeze_text
+from bench.results.stats import ALPHA
 
-SETTING = ["task", "encoder", "freeze_label"]
+#: One verdict: a task × encoder × freezing strategy × training size.
+SETTING = stats.SETTING_KEYS
 HEADLINE_COLUMNS = [
     *SETTING,
+    "freeze_shown",
     "metric",
     "n_heads",
     "winner",
@@ -53,24 +58,6 @@ HEADLINE_COLUMNS = [
 EVP_TRIALS = (1, 2, 3, 6, 10)
 
 
-def _oriented(row: pd.Series, winner: str) -> pd.Series:
-    """A comparison row turned into ``winner − other`` (intervals flipped when needed)."""
-    if row["head_a"] == winner:
-        return row
-    r = row.copy()
-    r["head_a"], r["head_b"] = row["head_b"], row["head_a"]
-    r["mean_a"], r["mean_b"] = row["mean_b"], row["mean_a"]
-    r["diff"] = -row["diff"]
-    for low, high in (("t_low", "t_high"), ("ci_low", "ci_high")):
-        r[low], r[high] = -row[high], -row[low]
-    return r
-
-
-def _ranked(group: pd.DataFrame) -> pd.DataFrame:
-    """A setting's heads with a score, best mean first (ties: by name)."""
-    return group[group["n"] > 0].sort_values(["mean", "head_label"], ascending=[False, True])
-
-
 def headline_comparisons(ctx: ReportContext) -> pd.DataFrame:
     """Winner vs every other head of every setting, Holm-corrected over all of them.
 
@@ -79,21 +66,8 @@ def headline_comparisons(ctx: ReportContext) -> pd.DataFrame:
         ``p_holm_all``, ``n_comparisons_all`` and ``significance`` of
         :func:`bench.results.stats.holm_all` (empty when no setting has two heads).
     """
-    rows = []
-    for keys, group in ctx.cells.groupby(SETTING, sort=True):
-        ranked = _ranked(group)
-        if len(ranked) < 2:
-            continue
-        winner = str(ranked.iloc[0]["head_label"])
-        mask = np.ones(len(ctx.comparisons), dtype=bool)
-        for column, value in zip(SETTING, keys, strict=True):
-            mask &= (ctx.comparisons[column] == value).to_numpy()
-        pairs = ctx.comparisons[mask]
-        for _, row in pairs[(pairs["head_a"] == winner) | (pairs["head_b"] == winner)].iterrows():
-            rows.append(_oriented(row, winner))
-    if not rows:
-        return pd.DataFrame()
-    return stats.holm_all(pd.DataFrame(rows).reset_index(drop=True))
+    rows = stats.leader_comparisons(ctx.cells, ctx.comparisons)
+    return rows if rows.empty else stats.holm_all(rows)
 
 
 def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -104,7 +78,10 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
         shown: :func:`headline_comparisons` (computed when not given).
 
     Returns:
-        Columns :data:`HEADLINE_COLUMNS`. ``margin``/``ci_low``/``ci_high`` are the mean
+        Columns :data:`HEADLINE_COLUMNS`. ``freeze_shown`` is the freezing label as shown
+        (with the training size where a setting ran at several: ``frozen, 400 examples``,
+        :meth:`~bench.report.context.ReportContext.freeze_text`).
+        ``margin``/``ci_low``/``ci_high`` are the mean
         paired difference over the runner-up and its Student-t interval; ``p`` the paired
         t-test, ``p_holm`` Holm over all ``n_comparisons`` headline comparisons; ``tied``
         the heads not significantly below the winner (comma-separated).
@@ -112,12 +89,13 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
     shown = headline_comparisons(ctx) if shown is None else shown
     rows = []
     for keys, group in ctx.cells.groupby(SETTING, sort=True):
-        ranked = _ranked(group)
+        ranked = stats.ranked_heads(group)
         if ranked.empty:
             continue
         best = ranked.iloc[0]
         row = dict(zip(SETTING, keys, strict=True))
         row.update(
+            freeze_shown=ctx.freeze_text(row),
             metric=best["metric"],
             n_heads=len(ranked),
             winner=best["head_label"],
@@ -171,10 +149,6 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
 
 
-def _interval(low: float, high: float) -> str:
-    return f"{points(low)} to {points(high)}" if pd.notna(low) and pd.notna(high) else "–"
-
-
 def _failures(r: pd.Series) -> str:
     if not r["winner_failed"]:
         return ""
@@ -188,10 +162,10 @@ def _failures(r: pd.Series) -> str:
 def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     """The plain-words verdict of one setting."""
     where = task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else "")
-    where += f", {r['freeze_label']}"
+    where += f", {r['freeze_shown']}"
     unit = short_metric(r["metric"])
-    interval = _interval(r["winner_t_low"], r["winner_t_high"])
-    mean = f"{points(r['winner_mean'])} {unit} (95% t-interval {interval})"
+    spread = interval(r["winner_t_low"], r["winner_t_high"])
+    mean = f"{points(r['winner_mean'])} {unit} (95% t-interval {spread})"
     if not isinstance(r["runner_up"], str):
         return f"{where}: {r['winner']} scores {mean}; {r['reason']}." + _failures(r)
     if pd.isna(r["margin"]) or r["n_pairs"] < 2:
@@ -204,7 +178,7 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     text = (
         f"{where}: {r['winner']} scores {mean} and beats {r['runner_up']} by "
         f"{points(r['margin'])} "
-        f"points (95% t-interval {_interval(r['ci_low'], r['ci_high'])}, {r['n_pairs']} paired "
+        f"points (95% t-interval {interval(r['ci_low'], r['ci_high'])}, {r['n_pairs']} paired "
         f"seeds; paired t-test, Holm over all {r['n_comparisons']} headline comparisons: "
         f"p = {pvalue(r['p_holm'])}"
     )
@@ -351,15 +325,15 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
         [
             task_title(r["task"]),
             r["encoder"],
-            r["freeze_label"],
+            r["freeze_shown"],
             short_metric(r["metric"]),
             r["winner"],
             points(r["winner_mean"]),
-            _interval(r["winner_t_low"], r["winner_t_high"]),
+            interval(r["winner_t_low"], r["winner_t_high"]),
             r["runner_up"] or "",
             points(r["runner_mean"]),
             points(r["margin"]),
-            _interval(r["ci_low"], r["ci_high"]),
+            interval(r["ci_low"], r["ci_high"]),
             r["n_pairs"],
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
@@ -405,17 +379,17 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
     )
 
 
-def comparisons_table(shown: pd.DataFrame, multi_encoder: bool) -> str:
+def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
     """Every headline comparison: winner − other head, interval, p, Holm, tier."""
     rows = [
         [
-            task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else ""),
-            r["freeze_label"],
+            task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else ""),
+            ctx.freeze_text(r),
             r["head_a"],
             r["head_b"],
             points(r["diff"]),
-            _interval(r["t_low"], r["t_high"]),
-            _interval(r["ci_low"], r["ci_high"])
+            interval(r["t_low"], r["t_high"]),
+            interval(r["ci_low"], r["ci_high"])
             + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
             int(r["n_pairs"]),
             pvalue(r["p"]),
@@ -456,12 +430,12 @@ def evp_trials_parts(ctx: ReportContext) -> list[str]:
     fig = figures.evp_trial_curves(evp, ctx.palette, ctx.multi_encoder)
     rows = []
     for keys, group in evp.groupby(stats.GROUP_KEYS, sort=True):
-        task, encoder, head, freeze, _ = keys
+        task, encoder, head, freeze, size = keys
         by_n = group.set_index("n_trials")
         rows.append(
             [
                 task_title(task) + (f" ({encoder})" if ctx.multi_encoder else ""),
-                freeze,
+                freeze_text(task, encoder, freeze, size, ctx.sized),
                 head,
                 int(by_n["trials"].iloc[0]),
                 int(by_n["failed_trials"].iloc[0]),
@@ -513,11 +487,11 @@ def per_example_parts(ctx: ReportContext, frame: pd.DataFrame) -> list[str]:
         rows.append(
             [
                 task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else ""),
-                r["freeze_label"],
+                r["freeze_shown"],
                 r["winner"],
                 r["runner_up"],
                 points(found["diff"]),
-                _interval(found["low"], found["high"]),
+                interval(found["low"], found["high"]),
                 pvalue(found["p"]),
                 int(found["n_examples"]),
                 f"{int(found['seeds_a'])} / {int(found['seeds_b'])}",
@@ -569,7 +543,7 @@ def headline_section(ctx: ReportContext) -> Section:
         ),
     ]
     if not shown.empty:
-        parts.append(comparisons_table(shown, ctx.multi_encoder))
+        parts.append(comparisons_table(ctx, shown))
     parts += per_example_parts(ctx, frame)
     fig = figures.margin_forest(frame, ctx.palette, ctx.multi_encoder)
     if fig is not None:

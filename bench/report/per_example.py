@@ -72,11 +72,18 @@ def encode(spec: TaskSpec, values: pd.Series) -> np.ndarray:
 
 
 def head_matrix(
-    predictions: pd.DataFrame, keys: dict[str, str], head: str, split: str
+    predictions: pd.DataFrame, keys: dict[str, object], head: str, split: str
 ) -> tuple[pd.Series, pd.DataFrame]:
-    """Gold labels by example and predictions (examples × seeds) of one head on a split."""
+    """Gold labels by example and predictions (examples × seeds) of one head on a split.
+
+    A ``train_size`` key matches :data:`bench.results.stats.WHOLE_SPLIT` to rows without one.
+    """
     rows = predictions[(predictions["head_label"] == head) & (predictions["split"] == split)]
     for column, value in keys.items():
+        if column == "train_size":
+            sizes = rows[column].astype("Int64").fillna(stats.WHOLE_SPLIT)
+            rows = rows[(sizes == value).to_numpy(dtype=bool)]
+            continue
         rows = rows[rows[column] == value]
     gold = rows.drop_duplicates("example").set_index("example")["label"].sort_index()
     wide = rows.pivot_table(index="example", columns="seed", values="pred", aggfunc="first")
@@ -102,6 +109,8 @@ def per_example_row(
     if not isinstance(spec, TaskSpec) or metric is None or not isinstance(r["runner_up"], str):
         return None
     keys = {"task": r["task"], "encoder": r["encoder"], "freeze_label": r["freeze_label"]}
+    if "train_size" in r and "train_size" in predictions:  # one point of a learning curve
+        keys["train_size"] = r["train_size"]
     gold_a, wide_a = head_matrix(predictions, keys, str(r["winner"]), split)
     gold_b, wide_b = head_matrix(predictions, keys, str(r["runner_up"]), split)
     if wide_a.empty or wide_b.empty or not gold_a.index.equals(gold_b.index):

@@ -41,6 +41,7 @@ def config_split(cells: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]
 
 
 def _cell_path(cell: dict[str, Any]) -> str:
+    """The cell's path below the sweep, optional axes as its run directory has them."""
     c = cell.get("cell") or {}
     config = cell.get("config")
     axes = config.get("axes") if isinstance(config, dict) else None

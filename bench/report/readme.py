@@ -21,7 +21,14 @@ import pandas as pd
 
 from bench.atomic import atomic_write
 from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
-from bench.report.context import ReportContext, build_context, points, pvalue, short_metric
+from bench.report.context import (
+    ReportContext,
+    build_context,
+    interval,
+    points,
+    pvalue,
+    short_metric,
+)
 from bench.report.headline import (
     headline_comparisons,
     headline_frame,
@@ -50,10 +57,6 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines.append("| " + " | ".join("---" for _ in header) + " |")
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def _interval(low: float, high: float) -> str:
-    return f"{points(low)} to {points(high)}" if pd.notna(low) and pd.notna(high) else "–"
 
 
 def what_ran(ctx: ReportContext) -> str:
@@ -102,20 +105,22 @@ def missing_cells(runs: pd.DataFrame) -> int:
     """Cells absent from the grid the results span.
 
     Under each freezing strategy, every head seen with it and every seed seen with it is
-    expected on each of its tasks and encoders; a grid the results do not span at all (a
-    head never run under that strategy) cannot be seen here.
+    expected on each of its tasks and encoders, at each training size the task ran at
+    under it; a grid the results do not span at all (a head never run under that
+    strategy) cannot be seen here.
 
     Args:
         runs: One row per cell (``task``, ``encoder``, ``head_label``, ``freeze_label``,
-            ``seed``).
+            ``seed``; ``train_size`` where a learning curve varies it).
 
     Returns:
         The number of expected (head, seed) pairs without a cell.
     """
     missing = 0
+    keys = ["task", "encoder", *(["train_size"] if "train_size" in runs else [])]
     for _, group in runs.groupby("freeze_label"):
         expected = group["head_label"].nunique() * group["seed"].nunique()
-        for _, setting in group.groupby(["task", "encoder"]):
+        for _, setting in group.groupby(keys):
             present = setting[["head_label", "seed"]].drop_duplicates()
             missing += expected - len(present)
     return missing
@@ -126,13 +131,13 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
     return [
         [
             task_title(r["task"]),
-            r["freeze_label"],
+            r["freeze_shown"],
             short_metric(r["metric"]),
             r["winner"],
-            f"{points(r['winner_mean'])} ({_interval(r['winner_t_low'], r['winner_t_high'])})",
+            f"{points(r['winner_mean'])} ({interval(r['winner_t_low'], r['winner_t_high'])})",
             r["runner_up"] if isinstance(r["runner_up"], str) else "–",
             points(r["margin"]),
-            _interval(r["ci_low"], r["ci_high"]),
+            interval(r["ci_low"], r["ci_high"]),
             int(r["n_pairs"]),
             pvalue(r["p_holm"]),
             r["tier"],
@@ -149,18 +154,24 @@ def head_rows(ctx: ReportContext) -> list[list[object]]:
     ordered = sorted(
         cells.iterrows(),
         key=lambda kv: ctx.sort_key(
-            (kv[1]["task"], kv[1]["encoder"], kv[1]["head_label"], kv[1]["freeze_label"])
+            (
+                kv[1]["task"],
+                kv[1]["encoder"],
+                kv[1]["head_label"],
+                kv[1]["freeze_label"],
+                kv[1]["train_size"],
+            )
         ),
     )
     return [
         [
             task_title(r["task"]),
-            r["freeze_label"],
+            ctx.freeze_text(r),
             r["head_label"],
             points(r["mean"]),
             points(r["std"]),
-            _interval(r["t_low"], r["t_high"]),
-            f"{_interval(r['ci_low'], r['ci_high'])} ({r['ci_method']})",
+            interval(r["t_low"], r["t_high"]),
+            f"{interval(r['ci_low'], r['ci_high'])} ({r['ci_method']})",
             f"{r['n']}/{r['n_runs']}",
             r["n_failed"],
             points(r["best_constant"]),
@@ -197,7 +208,7 @@ def table7_section(ctx: ReportContext) -> str:
                     r["setting"],
                     r["paper_row"],
                     f"{r['paper']:.1f}",
-                    f"{r['mean']:.1f} ({_interval(r['t_low'] / 100, r['t_high'] / 100)})",
+                    f"{r['mean']:.1f} ({interval(r['t_low'] / 100, r['t_high'] / 100)})",
                     f"{r['rank']:g}",
                     f"{r['paper_rank']:g}",
                 ]

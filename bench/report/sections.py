@@ -12,6 +12,7 @@ from bench.report.context import ReportContext, points, short_metric
 from bench.report.html import Section, esc, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
+from bench.results.curves import freeze_text, whole_number
 from bench.results.references import lookup
 from bench.results.render import html_table
 
@@ -65,14 +66,14 @@ def spread_rows(ctx: ReportContext) -> list[list[object]]:
     for keys, group in sorted(
         ctx.runs.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])
     ):
-        task, encoder, head, freeze, _ = keys
+        task, encoder, head, freeze, size = keys
         values = group["value"].dropna()
         rows.append(
             [
                 task_title(task),
                 encoder,
                 head,
-                freeze,
+                freeze_text(task, encoder, freeze, size, ctx.sized),
                 short_metric(group["metric"].iloc[0]),
                 len(group),
                 int(group["failed"].sum()),
@@ -143,7 +144,7 @@ def evp_rows(ctx: ReportContext, evp: pd.DataFrame) -> list[list[object]]:
     best = ctx.runs.groupby(stats.GROUP_KEYS)["value"].max()
     rows = []
     for keys, group in sorted(evp.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])):
-        task, encoder, head, freeze, _ = keys
+        task, encoder, head, freeze, size = keys
         by_n = group.set_index("n_seeds")
         n_max = int(by_n.index.max())
         cells = [
@@ -152,7 +153,8 @@ def evp_rows(ctx: ReportContext, evp: pd.DataFrame) -> list[list[object]]:
             else ""
             for n in EVP_SEEDS
         ]
-        rows.append([task_title(task), encoder, head, freeze, n_max, *cells, points(best[keys])])
+        shown = freeze_text(task, encoder, freeze, size, ctx.sized)
+        rows.append([task_title(task), encoder, head, shown, n_max, *cells, points(best[keys])])
     return rows
 
 
@@ -207,7 +209,7 @@ def cost_frame(ctx: ReportContext) -> pd.DataFrame:
     frame = ctx.cells.merge(costs.reset_index(), on=stats.GROUP_KEYS, how="left")
     frame["pareto_params"] = False
     frame["pareto_time"] = False
-    for _, group in frame.groupby(figures.PANEL_KEYS):
+    for _, group in figures.panels(frame):
         frame.loc[group.index, "pareto_params"] = figures.pareto_mask(
             group["trainable_params"], group["mean"]
         )
@@ -226,7 +228,7 @@ def cost_section(ctx: ReportContext) -> Section:
             task_title(r["task"]),
             r["encoder"],
             r["head_label"],
-            r["freeze_label"],
+            ctx.freeze_text(r),
             points(r["mean"]),
             f"{r['trainable_params']:,.0f}" if pd.notna(r["trainable_params"]) else "",
             f"{r['train_time_s']:.1f}" if pd.notna(r["train_time_s"]) else "",
@@ -422,7 +424,9 @@ def curve_frame(ctx: ReportContext) -> pd.DataFrame:
     main = ctx.inputs.table.dropna(subset=["main_metric"]).drop_duplicates("task")
     wanted = dict(zip(main["task"], main["main_metric"], strict=True))
     keep = (history["split"] == "dev") & (history["metric"] == history["task"].map(wanted))
-    return history[keep].copy()
+    frame = history[keep].copy()
+    frame["train_size"] = [whole_number(v) for v in frame["train_size"]]  # NA: whole split
+    return frame
 
 
 def curves_section(ctx: ReportContext) -> Section:
@@ -439,15 +443,17 @@ def curves_section(ctx: ReportContext) -> Section:
         )
     epochs = sorted(frame["epoch"].dropna().astype(int).unique())
     rows = []
-    groups = frame.groupby(["task", "encoder", "head_label", "freeze_label"])
-    for (task, encoder, head, freeze), group in sorted(groups, key=lambda kg: ctx.sort_key(kg[0])):
+    groups = frame.groupby(stats.GROUP_KEYS)
+    for (task, encoder, head, freeze, size), group in sorted(
+        groups, key=lambda kg: ctx.sort_key(kg[0])
+    ):
         means = group.groupby("epoch")["value"].mean()
         rows.append(
             [
                 task_title(task),
                 encoder,
                 head,
-                freeze,
+                freeze_text(task, encoder, freeze, size, ctx.sized),
                 group["seed"].nunique(),
                 *[points(means.get(e, np.nan)) for e in epochs],
             ]

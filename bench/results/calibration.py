@@ -84,8 +84,9 @@ BIN_COLUMNS = [
     "confidence_sum",
     "correct_sum",
 ]
-#: What a setting is for the summaries: one row per head, freezing strategy and split.
-SETTING_KEYS = ["task", "encoder", "freeze_label", "head_label", "split"]
+#: What a setting is for the summaries: one row per head, freezing strategy, training size
+#: (one point of a learning curve; missing where the whole split trained) and split.
+SETTING_KEYS = ["task", "encoder", "freeze_label", "train_size", "head_label", "split"]
 
 
 def binning_text(n_bins: int = N_BINS) -> str:

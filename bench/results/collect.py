@@ -38,6 +38,7 @@ from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS, RESULT_FILE, SUPERSEDED_DIR
 from bench.clock import utc_now
 from bench.errors import CollectError, DataError
+from bench.results.curves import sized_settings
 from bench.results.predictions import PREDICTIONS_FILE, predictions_bytes, predictions_table
 from bench.results.publish import publish
 from bench.results.rescore import verified
@@ -252,11 +253,16 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Wide view: one row per task × encoder × head × freeze, one column per dev metric (mean)."""
+    """Wide view: one row per task × encoder × head × freeze, one column per dev metric (mean).
+
+    A learning curve (a setting at several training sizes) has one row per size.
+    """
     ok = table[(table["status"] == "ok") & (table["split"] == "dev")]
     if ok.empty:
         return pd.DataFrame()
     keys = ["task", "encoder", "head_label", "freeze_label"]
+    if sized_settings(ok):
+        keys.append("train_size")
     wide = ok.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
     main = ok.drop_duplicates(subset=[*keys, "seed"])  # one row per run for run-level columns
     base = ok.pivot_table(index=keys, columns="metric", values="baseline", aggfunc="mean")
@@ -486,14 +492,16 @@ def print_summary(table: pd.DataFrame) -> None:
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         wide = summary(table)
         print(wide.round(4).to_string() if not wide.empty else "no successful cells")
-        cells = table.drop_duplicates(subset=CELL_COLUMNS)
+        keys = [*CELL_COLUMNS, *AXIS_COLUMNS]
+        cells = table.drop_duplicates(subset=[k for k in keys if k in table])
         counts = cells["status"].value_counts()
         print(f"{len(cells)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         failed = cells[cells["status"] != "ok"]
+        sized = bool(sized_settings(cells))
         for _, row in failed.iterrows():
-            print(
-                f"{row['status']}: {'/'.join(str(row[c]) for c in CELL_COLUMNS)}: {row['reason']}"
-            )
+            where = "/".join(str(row[c]) for c in CELL_COLUMNS)
+            size = f" (train_size={row['train_size']})" if sized else ""
+            print(f"{row['status']}: {where}{size}: {row['reason']}")
 
 
 def main(argv: list[str] | None = None) -> None:

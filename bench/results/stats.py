@@ -81,6 +81,8 @@ DECIMALS = 12  # paired differences are rounded to this many decimals (float noi
 #: Significance tiers after Holm: (upper bound, tier); a p at or above the last is "n.s.".
 SIGNIFICANCE_TIERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 NOT_SIGNIFICANT = "n.s."
+#: The significance level after Holm's correction (the last tier's bound).
+ALPHA = SIGNIFICANCE_TIERS[-1][0]
 #: Columns of a trials table (one row per hyperparameter trial of one setting and head).
 TRIAL_COLUMNS = [
     "task",
@@ -576,9 +578,9 @@ def compare_heads(
     table: pd.DataFrame,
     metric: str = "main",
     split: str = "dev",
-    family: Sequence[str] = ("task", "encoder", "freeze_label"),
+    family: Sequence[str] = tuple(SETTING_KEYS),
 ) -> pd.DataFrame:
-    """All head-vs-head comparisons within a task/encoder/freeze setting, paired by seed.
+    """All head-vs-head comparisons within a setting (:data:`SETTING_KEYS`), paired by seed.
 
     Only seeds where both heads have a value (status ok) are paired. The headline test is
     the two-sided paired t-test (:func:`paired_t_test`): with ~28 headline comparisons,
@@ -586,16 +588,17 @@ def compare_heads(
     (2/2^10), so Wilcoxon could never be significant there. The Wilcoxon signed-rank p
     (:func:`paired_test`) stays as a second, distribution-free column. A *family* for
     the Holm correction of ``p`` is every comparison with a p-value inside one group of
-    ``family`` (default: one task × encoder × freezing strategy, i.e. one "which head wins
-    here?" question); ``n_comparisons`` is that family's size. For one correction over
+    ``family`` (default: one task × encoder × freezing strategy × training size, i.e. one
+    "which head wins here?" question); ``n_comparisons`` is that family's size. For one
+    correction over
     everything a headline shows, see :func:`holm_all`.
 
     Args:
         table: Tidy results table.
         metric: A metric name, or ``"main"``.
         split: The evaluation split.
-        family: Columns defining a Holm family; must include task, encoder, freeze_label
-            or a coarser grouping of them.
+        family: Columns defining a Holm family; :data:`SETTING_KEYS` or a coarser grouping
+            of them (e.g. without ``train_size``: one family per learning curve).
 
     Returns:
         One row per (setting, head_a, head_b): n_pairs, seeds, mean_a, mean_b, diff
@@ -719,6 +722,69 @@ def holm_all(comparisons: pd.DataFrame, p: str = "p") -> pd.DataFrame:
     out["p_holm_all"] = holm(raw)
     out["significance"] = [significance_tier(v) for v in out["p_holm_all"]]
     return out
+
+
+def ranked_heads(cells: pd.DataFrame) -> pd.DataFrame:
+    """One setting's heads with a score, best mean first (ties: by name).
+
+    Args:
+        cells: :func:`cell_stats` rows of one setting.
+
+    Returns:
+        The rows with a value (``n > 0``), the leader first.
+    """
+    return cells[cells["n"] > 0].sort_values(["mean", "head_label"], ascending=[False, True])
+
+
+def oriented(row: pd.Series, first: str) -> pd.Series:
+    """A :func:`compare_heads` row turned into ``first − other`` (intervals flipped if needed).
+
+    Args:
+        row: One comparison of ``head_a`` with ``head_b``.
+        first: The head that becomes ``head_a``.
+
+    Returns:
+        The row itself when ``first`` is already ``head_a``, else a copy with the heads,
+        their means, the difference and both intervals of the difference swapped.
+    """
+    if row["head_a"] == first:
+        return row
+    r = row.copy()
+    r["head_a"], r["head_b"] = row["head_b"], row["head_a"]
+    r["mean_a"], r["mean_b"] = row["mean_b"], row["mean_a"]
+    r["diff"] = -row["diff"]
+    for low, high in (("t_low", "t_high"), ("ci_low", "ci_high")):
+        r[low], r[high] = -row[high], -row[low]
+    return r
+
+
+def leader_comparisons(cells: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
+    """The best head of every setting against each other head of it, as leader − other.
+
+    Args:
+        cells: :func:`cell_stats` rows (any number of settings, :data:`SETTING_KEYS`).
+        comparisons: :func:`compare_heads` rows of the same table.
+
+    Returns:
+        The comparisons that involve each setting's leader (:func:`ranked_heads`), oriented
+        by :func:`oriented`, in setting order; empty when no setting has two heads. Correct
+        them together with :func:`holm_all`.
+    """
+    rows = []
+    for keys, group in cells.groupby(SETTING_KEYS, sort=True):
+        ranked = ranked_heads(group)
+        if len(ranked) < 2:
+            continue
+        leader = str(ranked.iloc[0]["head_label"])
+        mask = np.ones(len(comparisons), dtype=bool)
+        for column, value in zip(SETTING_KEYS, keys, strict=True):
+            mask &= (comparisons[column] == value).to_numpy()
+        pairs = comparisons[mask]
+        for _, row in pairs[(pairs["head_a"] == leader) | (pairs["head_b"] == leader)].iterrows():
+            rows.append(oriented(row, leader))
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- per example

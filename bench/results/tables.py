@@ -31,11 +31,15 @@ from bench.axes.heads import head_order
 from bench.data.tasks import get_task
 from bench.results import stats
 from bench.results.collect import collect, read_table
+from bench.results.curves import size_key, size_text, sized_settings, split_by_size, whole_number
 from bench.results.references import load_references, lookup
 from bench.results.render import RENDERERS, Document, Table, to_markdown
 from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK, agreement, agreement_sentence
 
 STYLES = ("glue", "table7", "heads")
+#: A row of the GLUE table: encoder, head, freezing label, and the training size where the
+#: strategy ran at several (a learning curve; None elsewhere).
+GlueRow = tuple[str, str, str, int | None]
 GLUE_COLUMNS = [  # (task, split, header) in the GLUE leaderboard's order
     ("cola", "dev", "CoLA"),
     ("sst2", "dev", "SST-2"),
@@ -212,15 +216,19 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     cells = stats.cell_stats(table, split=split)
     comp = stats.compare_heads(table, split=split)
     settings = sorted(
-        cells.groupby(["task", "encoder"], sort=True),
-        key=lambda item: (_rank(item[0][0], [c[0] for c in GLUE_COLUMNS]), item[0][1]),
+        split_by_size(cells, ["task", "encoder"]),  # a learning curve: a table per size
+        key=lambda item: (
+            _rank(item[0][0], [c[0] for c in GLUE_COLUMNS]),
+            item[0][1],
+            size_key(item[1]),
+        ),
     )
-    for (task, encoder), group in settings:
+    for (task, encoder), size, group in settings:
         heads = _order(group["head_label"].unique(), HEAD_ORDER)
         freezes = sorted(group["freeze_label"].unique(), key=freeze_rank)
         metric = group["metric"].iloc[0]
         t = Table(
-            title=f"{task} — {encoder}",
+            title=f"{task} — {encoder}" + ("" if size is None else f" — {size_text(size)}"),
             caption=f"{task}, {metric_name(metric)} on {split} (×100), encoder {encoder}: "
             f"rows are heads, columns freezing strategies. {token_note(table, task, encoder)}",
             header=["Head", *freezes],
@@ -240,6 +248,8 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
                 (r for _, r in present if r["n"] > 0), key=lambda r: r["mean"], reverse=True
             )
             sub = comp[(comp["task"] == task) & (comp["encoder"] == encoder)]
+            if size is not None:
+                sub = sub[sub["train_size"] == size]
             if len(ranked) >= 2:
                 note = _paired_note(sub, freeze, ranked[0]["head_label"], ranked[1]["head_label"])
                 if note:
@@ -297,18 +307,20 @@ def glue_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
     if not columns:
         doc.notes.append("No GLUE results.")
         return doc
+    # A freezing strategy that ran at several training sizes (a learning curve) has a row
+    # per size; elsewhere the size is None and a row is as before.
+    sized = {(e, f) for _, e, f in sized_settings(pd.concat([c[3] for c in columns]))}
+
+    def row_key(r: pd.Series) -> GlueRow:
+        encoder, freeze = r["encoder"], r["freeze_label"]
+        size = whole_number(r["train_size"]) if (encoder, freeze) in sized else None
+        return (encoder, r["head_label"], freeze, size)
+
     keys = sorted(
-        {
-            (r.encoder, r.head_label, r.freeze_label)
-            for *_, sub in columns
-            for r in sub.itertuples()
-        },
-        key=lambda k: (k[0], _rank(k[1], HEAD_ORDER), freeze_rank(k[2])),
+        {row_key(r) for *_, sub in columns for _, r in sub.iterrows()},
+        key=lambda k: (k[0], _rank(k[1], HEAD_ORDER), freeze_rank(k[2]), size_key(k[3])),
     )
-    lookups = [
-        {(r["encoder"], r["head_label"], r["freeze_label"]): r for _, r in c[3].iterrows()}
-        for c in columns
-    ]
+    lookups = [{row_key(r): r for _, r in c[3].iterrows()} for c in columns]
     found = {key: [lk.get(key) for lk in lookups] for key in keys}
     means = {
         key: [r["mean"] if r is not None and r["n"] else np.nan for r in rows]
@@ -331,7 +343,9 @@ def glue_document(table: pd.DataFrame, refs: pd.DataFrame) -> Document:
     t.align = ["l", "l", "l"] + ["r"] * (len(t.header) - 3)
     for key in keys:
         avg = [pct(avgs[key])] if with_avg else []
-        t.rows.append([*key, *(cell_text(r) for r in found[key]), *avg])
+        encoder, head, freeze, size = key
+        shown = freeze if size is None else f"{freeze}, {size_text(size)}"
+        t.rows.append([encoder, head, shown, *(cell_text(r) for r in found[key]), *avg])
     for j in range(len(columns)):
         _bold_best(t, 3 + j, [means[k][j] for k in keys], list(range(len(keys))))
     if with_avg:
@@ -359,7 +373,7 @@ def _delta(table: pd.DataFrame, ref: pd.Series, encoder: str, task: str, split: 
 def _glue_references(
     t: Table,
     doc: Document,
-    keys: list[tuple[str, str, str]],
+    keys: list[GlueRow],
     columns: list[tuple[str, str, str, pd.DataFrame]],
     table: pd.DataFrame,
     refs: pd.DataFrame,

@@ -145,8 +145,8 @@ def check_protocol(cfg: DictConfig) -> None:
 
     Raises:
         ConfigError: For an unknown selection mode, a slice below its minimum size, an
-            unknown sampler, a search space key that is not an optimizer key, or a budget
-            beyond the grid.
+            unknown ``selection.carve``, an unknown sampler, a search space key that is not
+            an optimizer key, or a budget beyond the grid.
     """
     name = OmegaConf.select(cfg, "selection.name", default="dev")
     if name not in selection.MODES:
@@ -157,6 +157,12 @@ def check_protocol(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"selection.size={size!r}: must be an integer >= {selection.MIN_SIZE} "
                 "(examples held out from train to choose the epoch and the trial)"
+            )
+        carve = OmegaConf.select(cfg, "selection.carve", default=selection.DEFAULT_CARVE)
+        if carve not in selection.CARVES:
+            raise ConfigError(
+                f"selection.carve={carve!r}; valid choices: {', '.join(selection.CARVES)} "
+                "(first: one slice for every training size of a learning curve)"
             )
     if search.enabled(cfg):
         sampler = OmegaConf.select(cfg, "search.sampler", default=None)

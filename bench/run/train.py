@@ -83,7 +83,7 @@ def _selection_record(
     }
     if datamodule.heldout:
         ids = datamodule.selection_ids
-        record.update(size=len(ids), seed=data_seed, ids=ids)
+        record.update(size=len(ids), seed=data_seed, carve=datamodule.carve, ids=ids)
     return record
 
 

@@ -1,0 +1,211 @@
+"""The learning-curve section: score against training size, and where the lead changes.
+
+Present only when a setting (task × encoder × freezing strategy) ran at two or more
+training sizes. The numbers are :func:`bench.results.curves.curve_points` (each point is
+the report's cell of that size: mean over seeds, Student-t and bootstrap intervals) and
+:func:`bench.results.curves.curve_leaders` (the leader per size; a change of lead is
+called significant only where the new leader is significantly ahead at that size).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+import bench.report.figures as figures
+from bench.report.budget import cell_budget
+from bench.report.context import ReportContext, interval, points, pvalue, short_metric
+from bench.report.html import Section, figure, paragraph, table
+from bench.report.style import svg_data_uri, task_title
+from bench.results import stats
+from bench.results.curves import (
+    change_verdict,
+    changes_text,
+    leaders_of,
+    points_of,
+    size_key,
+    size_text,
+)
+
+TITLE = "3. Score by training size (learning curves)"
+
+
+def _where(ctx: ReportContext, r: pd.Series) -> str:
+    return task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else "")
+
+
+def leader_rows(ctx: ReportContext, leaders: pd.DataFrame) -> list[list[object]]:
+    """One row per curve and size: the leader, its margin, and a change of lead."""
+    rows = []
+    for _, r in leaders.iterrows():
+        change = ""
+        if r["changed"]:
+            change = f"{r['previous']} → {r['leader']}: {change_verdict(r)}"
+            if pd.notna(r["change_p_holm"]):
+                change += (
+                    f", {points(r['change'])} points "
+                    f"({interval(r['change_t_low'], r['change_t_high'])}), "
+                    f"p (Holm) = {pvalue(r['change_p_holm'])}"
+                )
+        rows.append(
+            [
+                _where(ctx, r),
+                r["freeze_label"],
+                size_text(r["train_size"]),
+                short_metric(r["metric"]),
+                r["leader"],
+                f"{points(r['leader_mean'])} ({interval(r['leader_t_low'], r['leader_t_high'])})",
+                r["runner_up"] if isinstance(r["runner_up"], str) else "–",
+                points(r["margin"]),
+                interval(r["margin_t_low"], r["margin_t_high"]),
+                int(r["margin_n_pairs"]),
+                pvalue(r["margin_p_holm"]),
+                r["margin_tier"],
+                change,
+            ]
+        )
+    return rows
+
+
+def point_rows(ctx: ReportContext, curve_points: pd.DataFrame) -> list[list[object]]:
+    """One row per curve, head and size: mean, Student-t and bootstrap intervals, failures."""
+    heads, freezes = ctx.palette.heads, ctx.palette.freezes
+    ordered = sorted(
+        (r for _, r in curve_points.iterrows()),
+        key=lambda r: (
+            str(r["task"]),
+            str(r["encoder"]),
+            freezes.index(r["freeze_label"]) if r["freeze_label"] in freezes else len(freezes),
+            heads.index(r["head_label"]) if r["head_label"] in heads else len(heads),
+            size_key(r["train_size"]),
+        ),
+    )
+    return [
+        [
+            _where(ctx, r),
+            r["freeze_label"],
+            r["head_label"],
+            size_text(r["train_size"]),
+            f"{r['n']}/{r['n_runs']}",
+            points(r["mean"]),
+            interval(r["t_low"], r["t_high"]),
+            f"{interval(r['ci_low'], r['ci_high'])} ({r['ci_method']})",
+            int(r["n_failed"]),
+        ]
+        for r in ordered
+    ]
+
+
+def carve_note(ctx: ReportContext) -> str | None:
+    """A warning when the selection slice of a curve changed with the training size."""
+    moved = sorted(
+        {
+            f"{(c.get('cell') or {}).get('task')} {(c.get('cell') or {}).get('freeze_label')}"
+            for c in ctx.inputs.cells
+            if isinstance(c, dict)
+            and (
+                str((c.get("cell") or {}).get("task")),
+                str((c.get("cell") or {}).get("encoder")),
+                str((c.get("cell") or {}).get("freeze_label")),
+            )
+            in ctx.sized
+            and cell_budget(c).carve == "last"
+        }
+    )
+    if not moved:
+        return None
+    return (
+        f"Selection slice not fixed ({', '.join(moved)}): these curves ran with "
+        "selection.carve=last, so each training size selected its epoch and trial on a "
+        "different held-out slice (the examples its subset left). selection.carve=first "
+        "holds one slice out for every size."
+    )
+
+
+def training_size_section(ctx: ReportContext) -> Section | None:
+    """Score against training size per head, the leader per size, every point.
+
+    Returns:
+        The section, or None when no setting ran at two or more training sizes.
+    """
+    curve_points = points_of(ctx.cells)
+    if curve_points.empty:
+        return None
+    leaders = leaders_of(ctx.cells, ctx.comparisons)
+    parts = [
+        paragraph(
+            "Each head's dev score against the number of training examples, per task, "
+            "encoder and freezing strategy: the mean over seeds with its 95% Student-t "
+            "interval. The leading head (best mean) is named at every size; where it "
+            "changes, the change is called significant only when the new leader is "
+            "significantly ahead of the previous one at that size (paired t-test over "
+            "seeds, Holm over every comparison of the curve: at each size, the leader "
+            f"against each other head, α = {stats.ALPHA}). Here the lead changes hands "
+            f"{changes_text(leaders)}."
+        )
+    ]
+    note = carve_note(ctx)
+    if note:
+        parts.append(paragraph(note, "warning"))
+    if (curve_points["train_size"] == stats.WHOLE_SPLIT).any():
+        parts.append(
+            paragraph(
+                "Cells trained on the whole training split are in the tables, not on the "
+                "plot's size axis.",
+                "note",
+            )
+        )
+    fig = figures.size_curves(curve_points, leaders, ctx.palette, ctx.multi_encoder)
+    if fig is not None:
+        parts.append(
+            figure(
+                svg_data_uri(fig),
+                "Score against training size per head, one panel per learning curve",
+                "Lines: mean dev score over seeds; bands: 95% t-interval; vertical lines: "
+                "sizes where the leading head changes (solid: the new leader is significantly "
+                "ahead there; dotted: not significant).",
+            )
+        )
+    parts.append(
+        table(
+            [
+                "Task",
+                "Freeze",
+                "Training examples",
+                "Metric",
+                "Leader",
+                "Mean (95% t-interval)",
+                "Runner-up",
+                "Margin",
+                "Margin 95% t-interval",
+                "Seeds",
+                "p (Holm, curve)",
+                "Tier",
+                "Change of lead",
+            ],
+            leader_rows(ctx, leaders),
+            caption="The leading head at every training size (dev, ×100). Margin: leader − "
+            "runner-up, paired over seeds; p: paired t-test, Holm over the curve's "
+            "comparisons. Change of lead: the new leader − the previous one at that size.",
+            numeric=[7, 9, 10],
+        )
+    )
+    parts.append(
+        table(
+            [
+                "Task",
+                "Freeze",
+                "Head",
+                "Training examples",
+                "Runs with a score",
+                "Mean",
+                "95% t-interval",
+                "95% bootstrap interval",
+                "Failed",
+            ],
+            point_rows(ctx, curve_points),
+            caption="Every point of every curve (dev, ×100): mean over seeds, Student-t and "
+            "bootstrap (BCa where defined; the method in brackets) intervals of the mean.",
+            numeric=[5, 8],
+        )
+    )
+    return Section("training-size", TITLE, "\n".join(parts))
