@@ -17,6 +17,7 @@ from matplotlib.patches import Patch
 from bench.report.context import ReportContext, points, pvalue
 from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import Palette, grid, ordered, svg_data_uri, task_title
+from bench.results.curves import size_text, whole_number
 from bench.results.stats import WHOLE_SPLIT
 from bench.results.variance import variance_table
 
@@ -54,8 +55,8 @@ def setting_title(keys: tuple, multi_encoder: bool) -> str:
     """
     task, encoder, freeze, size = keys
     parts = [task_title(task), *([encoder] if multi_encoder else []), freeze]
-    if int(size) != WHOLE_SPLIT:
-        parts.append(f"{int(size):,} examples")
+    if whole_number(size) != WHOLE_SPLIT:
+        parts.append(size_text(size))
     return ", ".join(parts)
 
 
