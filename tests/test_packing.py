@@ -113,6 +113,7 @@ def test_a_launch_that_would_over_pack_trains_nothing(tmp_path):
     assert not list(tmp_path.glob("runs/**/result.json"))
 
 
+@pytest.mark.slow
 def test_a_packed_sweep_trains_its_cells_and_records_the_estimate(tmp_path):
     if not plugin_installed("hydra_plugins.hydra_joblib_launcher"):
         pytest.skip("hydra/launcher=gpu_pack needs the 'joblib' extra")

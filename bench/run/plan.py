@@ -178,9 +178,11 @@ def collision_message(shared: dict[Path, list[tuple[str, ...]]]) -> str:
     for run_dir, jobs in list(shared.items())[:5]:
         lines.append(f"  {run_dir}: " + " | ".join(" ".join(job) for job in jobs))
     lines.append(
-        "A run directory is task/encoder/head.label/freeze.label/seed=N; give the cells "
-        "distinct labels (e.g. head.label=linear-d${head.dropout} when head.dropout varies) so "
-        "none overwrites another."
+        "A run directory is task/encoder/head.label/freeze.label/seed=N (seed=N-order=M with "
+        "an order_seed; a train_size=N level when axes=[train_size]); give the cells distinct "
+        "labels (e.g. head.label=linear-d${head.dropout} when head.dropout varies), or list "
+        "the swept axis (axes=[train_size] when data.train_size varies), so none overwrites "
+        "another."
     )
     return "\n".join(lines)
 
