@@ -9,6 +9,7 @@ the loss and the evaluation, comes from the task's :mod:`~bench.model.task_types
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -216,13 +217,40 @@ class HeadbenchModule(L.LightningModule):
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
         if self.trainer.world_size > 1:  # every rank scores the whole split, each example once
             self.evaluation.gather()
-        record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
+        record = self.close_epoch(self.current_epoch, self.global_step, self.trainer.world_size)
         for name in self.dev_names:
-            values = self.evaluation.scores(name, self.trainer.world_size)
             self.log_dict(  # the same on every rank: sync_dist only averages equal values
-                {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
+                {f"{name}/{k}": v for k, v in record[name].items() if v is not None},
+                sync_dist=True,
             )
-            record[name] = values
+
+    def close_epoch(
+        self,
+        epoch: int,
+        step: int,
+        world_size: int = 1,
+        snapshot: Callable[[], dict[str, Tensor]] | None = None,
+    ) -> dict[str, Any]:
+        """Score the epoch's evaluation splits, append the record, keep the best epoch.
+
+        The best epoch is the one with the highest main metric on the first evaluation
+        split (ties: the earlier one); its predictions are kept, and, when reporting splits
+        wait for them, its weights.
+
+        Args:
+            epoch: The epoch just evaluated.
+            step: Optimizer steps taken so far.
+            world_size: Ranks whose predictions :attr:`evaluation` holds (gathered).
+            snapshot: Returns CPU copies of the weights to restore for the reporting splits
+                (lock-step training keeps the head's weights outside this module); None:
+                the module's whole ``state_dict``.
+
+        Returns:
+            The epoch's record (as appended to :attr:`history`).
+        """
+        record: dict[str, Any] = {"epoch": epoch, "step": step}
+        for name in self.dev_names:
+            record[name] = self.evaluation.scores(name, world_size)
         total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
         record["train_loss"] = total / count if count else None  # mean over the epoch so far
         self.history.append(record)
@@ -230,16 +258,24 @@ class HeadbenchModule(L.LightningModule):
         main = -math.inf if main is None else main
         if self.best is None or main > self.best["main"]:
             self.best = {
-                "epoch": self.current_epoch,
+                "epoch": epoch,
                 "main": main,
                 "metrics": {n: record[n] for n in self.dev_names},
                 "predictions": {n: self.evaluation.collect(n) for n in self.dev_names},
             }
             if self.report_names:  # the reporting splits are scored on these weights later
-                self._best_state = {
-                    k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()
-                }
+                self._best_state = (
+                    snapshot()
+                    if snapshot is not None
+                    else {k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()}
+                )
         self.evaluation.clear()
+        return record
+
+    def take_best_state(self) -> dict[str, Tensor] | None:
+        """The weights kept at the best epoch (once: the module forgets them)."""
+        state, self._best_state = self._best_state, None
+        return state
 
     def on_train_end(self) -> None:
         """Score the reporting splits once, on the selected epoch's weights."""
