@@ -26,7 +26,7 @@ from bench.model.encoders import load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
-from bench.model.task_types import task_type
+from bench.model.task_types import Evaluation, task_type
 
 
 class HeadbenchModule(L.LightningModule):
@@ -171,9 +171,13 @@ class HeadbenchModule(L.LightningModule):
             raise DivergedError(self.global_step, float(loss))
         size = batch["attention_mask"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
-        self._train_loss[0] += float(loss.detach()) * size
-        self._train_loss[1] += size
+        self.add_train_loss(float(loss.detach()), size)
         return loss
+
+    def add_train_loss(self, loss: float, size: int) -> None:
+        """Add a training batch's mean loss to the epoch's running mean (``train_loss``)."""
+        self._train_loss[0] += loss * size
+        self._train_loss[1] += size
 
     def optimizer_step(
         self,
@@ -297,10 +301,7 @@ class HeadbenchModule(L.LightningModule):
         """
         datamodule: Any = self.trainer.datamodule  # type: ignore[attr-defined]
         loaders = datamodule.report_dataloaders()
-        evaluation = self.task_type.evaluation(self.report_names).to(self.device)
-        for metric in evaluation.modules():
-            if isinstance(metric, Metric):
-                metric.sync_on_compute = False  # each rank holds the whole split
+        evaluation = self.reporting_evaluation(self.device)
         was_training = self.training
         self.eval()
         report: dict[str, Any] = {"metrics": {}, "predictions": {}}
@@ -315,6 +316,21 @@ class HeadbenchModule(L.LightningModule):
         finally:
             self.train(was_training)
         return report
+
+    def reporting_evaluation(self, device: torch.device) -> Evaluation:
+        """A fresh evaluation of the reporting splits that scores this process's predictions.
+
+        Args:
+            device: Where the in-loop metrics live (the logits' device).
+
+        Returns:
+            The evaluation, its metrics never synced across ranks (each holds the whole split).
+        """
+        evaluation = self.task_type.evaluation(self.report_names).to(device)
+        for metric in evaluation.modules():
+            if isinstance(metric, Metric):
+                metric.sync_on_compute = False  # each rank holds the whole split
+        return evaluation
 
     def run_record(self) -> dict[str, Any]:
         """What training recorded on the module (plain values): history, best epoch, stages.
@@ -339,9 +355,34 @@ class HeadbenchModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]
         """AdamW with separate encoder/head learning rates (groups from the strategy).
 
+        See :meth:`build_optimizer`; the schedule is stepped every optimizer step.
+        """
+        total = int(self.trainer.estimated_stepping_batches)
+        per_epoch = math.ceil(
+            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
+        )
+        optimizer, scheduler = self.build_optimizer(total, per_epoch, str(self.trainer.precision))
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    def build_optimizer(
+        self, total: int, per_epoch: int, precision: str = "32-true"
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """The cell's AdamW and its learning-rate schedule.
+
         Matrices decay, biases and norm weights do not (nanoGPT's grouping).
         Warm-up then linear decay to zero, stepped every optimizer step (LP-FT restarts
         it for its fine-tuning phase; see :mod:`bench.model.adaptation`).
+
+        Args:
+            total: Optimizer steps of the whole run.
+            per_epoch: Optimizer steps per epoch.
+            precision: The trainer's precision (no fused kernel under mixed precision).
+
+        Returns:
+            The optimizer and the scheduler.
         """
         optim = self.hparams["optim"]
         groups = self.adaptation.param_groups(self.head, optim)
@@ -350,17 +391,9 @@ class HeadbenchModule(L.LightningModule):
         # Trainer's default). Off by default because it rounds differently, and committed
         # results were made without it. Lightning's mixed precision refuses gradient
         # clipping with fused optimizers, so never there.
-        fused = bool(optim.get("fused", False)) and "mixed" not in str(self.trainer.precision)
+        fused = bool(optim.get("fused", False)) and "mixed" not in precision
         try:
             optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps, fused=fused or None)
         except RuntimeError:  # a device or torch build without the fused kernel
             optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
-        total = int(self.trainer.estimated_stepping_batches)
-        per_epoch = math.ceil(
-            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
-        )
-        scheduler = self.adaptation.scheduler(optimizer, optim, total, per_epoch)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
+        return optimizer, self.adaptation.scheduler(optimizer, optim, total, per_epoch)
