@@ -8,12 +8,16 @@ must select the same epochs and give the same metrics (within 1e-5) and predicti
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group
 from bench.run.train import run
+from conftest import ROOT
 
 
 def _cfg(compose_cfg, data_dir, tmp_path: Path, *overrides: str):
@@ -150,3 +154,51 @@ def test_cells_that_cannot_train_in_lockstep_are_refused_with_the_reason(
     assert "no other cell shares" in alone[2]
     with pytest.raises(NotLockstep, match="2 lock-step groups"):
         train_group([ok, others[1]], [tmp_path / "a", tmp_path / "b"])
+
+
+def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path):
+    """``hydra/launcher=lockstep``: the eligible cells train as a group, the rest alone."""
+    command = [
+        sys.executable,
+        "-m",
+        "bench",
+        "-m",
+        "hydra/launcher=lockstep",
+        "task=sst2",
+        "encoder=tiny_bert",
+        "head=linear,pooler",
+        "freeze=frozen",
+        "seed=1",
+        "order_seed=7,null",
+        "data.train_size=32",
+        "selection.size=32",
+        "data.max_length=32",
+        "data.batch_size=16",
+        "trainer.max_epochs=1",
+        "report_file=null",
+        f"runs_dir={tmp_path}/runs",
+        f"results_dir={tmp_path}/results",
+        f"cache.dir={tmp_path}/cache",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "lock-step group of 2 cells" in first.stdout
+    assert first.stdout.count("alone (order_seed is null") == 2
+    results = {
+        p.parent.relative_to(tmp_path / "runs").as_posix(): json.loads(p.read_text())
+        for p in (tmp_path / "runs").rglob("result.json")
+    }
+    assert len(results) == 4 and all(r["status"] == "ok" for r in results.values())
+    grouped = {k for k, r in results.items() if "lockstep" in r}
+    assert grouped == {
+        "sst2/tiny_bert/linear/frozen/seed=1-order=7",
+        "sst2/tiny_bert/pooler-random/frozen/seed=1-order=7",
+    }
+    for cell in grouped:
+        assert (tmp_path / "runs" / cell / ".hydra" / "config.yaml").is_file()
+    assert (tmp_path / "results" / "results.csv").is_file()  # the sweep's callback ran
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("skip (done)") == 4
+    assert "lock-step group of" not in again.stdout

@@ -1,0 +1,194 @@
+"""``hydra/launcher=lockstep``: a sweep's frozen cells train in lock-step groups.
+
+    python -m bench -m experiment=variance_seeds hydra/launcher=lockstep
+
+The launcher receives every job of a multirun (a batch of them with
+``hydra.sweeper.max_batch_size``), composes each, and groups the cells that can share
+their batches (:func:`bench.run.lockstep.group_cells`: frozen, sequence task, the same
+encoder, data, ``order_seed``, epochs, cache and input layers). Each group trains in this
+process as one batch loop (:func:`bench.run.lockstep.train_group`); every other cell runs
+as Hydra's basic launcher would run it, with the reason printed. Resume works as for any
+launch: each cell's lock is taken and its stored result decides whether it trains
+(:func:`bench.run.cli.start_cell`), so done cells are skipped and a group trains only its
+cells that need it.
+"""
+
+import copy
+import logging
+import os
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from bench.run.cli import start_cell
+from bench.run.lockstep import group_cells
+from bench.run.logs import route_lightning_logs
+from bench.run.resume import cell_lock
+
+log = logging.getLogger(__name__)
+
+
+# A structured config: OmegaConf reads these annotations at run time, and Hydra executes
+# this module without registering it in sys.modules, so they are typing's classes here.
+@dataclass
+class LockstepLauncherConf:
+    """The ``hydra/launcher=lockstep`` config node."""
+
+    _target_: str = "hydra_plugins.headbench_lockstep.lockstep_launcher.LockstepLauncher"
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher", name="lockstep", node=LockstepLauncherConf, provider="headbench"
+)
+
+
+@dataclass
+class _Job:
+    """One job of the batch: its overrides, its Hydra config and its task config."""
+
+    overrides: List[str]
+    config: DictConfig
+    task: DictConfig
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(str(self.config.hydra.runtime.output_dir))
+
+
+class LockstepLauncher(Launcher):
+    """Train lock-step groups together in this process; launch other cells one by one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        """Keep what launching needs."""
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def _job(self, overrides: Sequence[str], idx: int) -> _Job:
+        """Compose a job as ``run_job`` does: its output directory, its task config."""
+        assert self.hydra_context is not None and self.config is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.job.id = idx
+            config.hydra.job.num = idx
+        HydraConfig.instance().set_config(config)
+        output_dir = os.path.join(
+            str(OmegaConf.select(config, "hydra.sweep.dir")),
+            str(OmegaConf.select(config, "hydra.sweep.subdir")),
+        )
+        with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+            config.hydra.runtime.output_dir = os.path.abspath(output_dir)
+        HydraConfig.instance().set_config(config)
+        task = copy.deepcopy(config)
+        with read_write(task), open_dict(task):
+            del task["hydra"]
+        OmegaConf.resolve(task)  # while this job's Hydra config is the current one
+        return _Job(list(overrides), config, task)
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        """Train each lock-step group together, then the other cells one by one.
+
+        Args:
+            job_overrides: Every job's overrides.
+            initial_job_idx: The first job's number in the sweep.
+
+        Returns:
+            One job return per job, in the given order.
+        """
+        setup_globals()
+        assert self.config is not None and self.hydra_context is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        jobs = [self._job(o, initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        groups, alone = group_cells([job.task for job in jobs])
+        log.info(
+            "Launching %d jobs: %d lock-step groups (%d cells), %d cells alone",
+            len(jobs),
+            len(groups),
+            sum(len(g) for g in groups),
+            len(alone),
+        )
+        returns: Dict[int, JobReturn] = {}
+        for members in groups:
+            returns.update(self._group([jobs[i] for i in members], members))
+        for i in sorted(alone):
+            print(f"alone ({alone[i]}): {' '.join(filter_overrides(jobs[i].overrides))}")
+            returns[i] = self._alone(job_overrides[i], initial_job_idx + i)
+        return [returns[i] for i in range(len(jobs))]
+
+    def _alone(self, overrides: Sequence[str], idx: int) -> JobReturn:
+        """Run one job as Hydra's basic launcher does."""
+        assert self.hydra_context is not None and self.config is not None
+        assert self.task_function is not None
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        with open_dict(config):
+            config.hydra.job.id = idx
+            config.hydra.job.num = idx
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
+
+    def _group(self, jobs: List[_Job], members: List[int]) -> Dict[int, JobReturn]:
+        """Claim the group's cells (resume decides which train), train those together."""
+        from bench.run.lockstep import train_group  # torch, Lightning: only when training
+        from bench.run.train import run
+
+        returns: Dict[int, JobReturn] = {}
+        with ExitStack() as locks:
+            training = []
+            for job in jobs:
+                mine = locks.enter_context(cell_lock(job.run_dir))
+                hydra_cfg = job.config.hydra
+                if start_cell(job.task, hydra_cfg, job.run_dir, mine):
+                    training.append(job)
+            route_lightning_logs()
+            results: List[Dict[str, Any]] = []
+            if len(training) > 1:
+                print(f"lock-step group of {len(training)} cells")
+                results = train_group([j.task for j in training], [j.run_dir for j in training])
+            elif training:  # the others are done: this one trains alone
+                results = [run(training[0].task, training[0].run_dir)]
+        for job, result in zip(training, results, strict=True):
+            print(f"{result['status']}: {job.run_dir}/result.json")
+        for i, job in zip(members, jobs, strict=True):
+            returns[i] = JobReturn(
+                overrides=job.overrides,
+                cfg=job.task,
+                hydra_cfg=job.config,
+                working_dir=os.getcwd(),
+                task_name=str(job.config.hydra.job.name),
+                status=JobStatus.COMPLETED,
+                _return_value=None,
+            )
+        return returns
