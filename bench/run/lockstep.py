@@ -197,7 +197,7 @@ def group_cells(cfgs: Sequence[DictConfig]) -> tuple[list[list[int]], dict[int, 
     return found, alone
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (a config comparison would resolve both)
 class _Cell:
     """One cell of a group while it trains."""
 
