@@ -102,19 +102,8 @@ def _dev_accuracy(result: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _lockstep_overrides(args: argparse.Namespace, head: str, seed: int, cache: Path) -> list[str]:
-    return [
-        f"encoder={args.encoder}",
-        f"head={head}",
-        "freeze=frozen",
-        f"task={args.task}",
-        f"seed={seed}",
-        "order_seed=1",
-        f"data.train_size={args.train_size}",
-        f"data.max_length={args.max_length}",
-        f"data.batch_size={args.batch_size}",
-        f"trainer.max_epochs={args.epochs}",
-        f"cache.dir={cache}",
-    ]
+    """The grid part's cell (length-grouped batches), with one order seed for all."""
+    return [*_grid_overrides(args, head, seed, {"dir": cache}), "order_seed=1"]
 
 
 def _same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from omegaconf import OmegaConf
 
-from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group
+from bench.cell import config_hash
+from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group, train_trials
+from bench.run.search import run_with_search
 from bench.run.train import run
 from conftest import ROOT
 
@@ -202,3 +206,46 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("skip (done)") == 4
     assert "lock-step group of" not in again.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_lockstep_agrees_with_each_cell_alone(compose_cfg, data_dir, tmp_path):
+    """Batched kernels may round differently from the single cell's on a GPU: 1e-5."""
+    cells = [(f"head={head}", f"seed={seed}") for head in ("linear", "pooler") for seed in (1, 2)]
+    _, alone, together = _alone_and_together(compose_cfg, data_dir, tmp_path, cells)
+    for a, b in zip(alone, together, strict=True):
+        assert b["lockstep"]["device"] == "cuda"
+        _same_numbers(a, b, tol=1e-5)
+
+
+def test_search_trials_with_an_order_seed_train_in_lockstep(compose_cfg, data_dir, tmp_path):
+    """``search.order_seed``: the trials of every head share batches and train together."""
+    search = ("search=random", "search.trials=2", "search.order_seed=5")
+    heads = ("linear", "pooler")
+    results = {}
+    for side in ("alone", "together"):
+        cfgs = [
+            _cfg(compose_cfg, data_dir, tmp_path, f"head={h}", "seed=1", *search) for h in heads
+        ]
+        dirs = [tmp_path / side / h / "seed=1" for h in heads]
+        if side == "together":
+            assert train_trials(cfgs, dirs) == 4  # 2 heads x 2 trials, one group
+            assert train_trials(cfgs, dirs) == 0  # stored: nothing left
+        results[side] = [run_with_search(c, d, run) for c, d in zip(cfgs, dirs, strict=True)]
+    for h, a, b in zip(heads, results["alone"], results["together"], strict=True):
+        assert a["search"]["scores"] == b["search"]["scores"]
+        assert a["search"]["selected"] == b["search"]["selected"]
+        _same_numbers(a, b, tol=0.0)
+        for k in (1, 2):
+            trial = tmp_path / "together" / h / "trials" / f"trial={k}" / "trial.json"
+            record = json.loads(trial.read_text())
+            assert record["kind"] == "trial" and "lockstep" in record
+            assert record["config"]["order_seed"] == 5
+    # unset, the trials keep their old batch order and hash
+    plain = _cfg(compose_cfg, data_dir, tmp_path, "head=linear", "seed=1", *search[:2])
+    assert config_hash(plain) != config_hash(
+        _cfg(compose_cfg, data_dir, tmp_path, "head=linear", "seed=1", *search)
+    )
+    assert "order_seed" not in OmegaConf.to_container(plain.search) or (
+        plain.search.order_seed is None
+    )

@@ -37,6 +37,7 @@ import logging
 import time
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,15 +46,19 @@ from typing import Any, cast
 
 import lightning as L
 import torch
+from filelock import Timeout
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from bench.cell import RESULT_FILE, TRIAL_FILE, config_hash
 from bench.data.tasks import get_task
 from bench.errors import ConfigError, DivergedError
 from bench.model.adaptation import StageCallback
 from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_key
 from bench.run.preflight import check_cell
+from bench.run.search import enabled as search_enabled
+from bench.run.search import pending_trials, read_trial, trial_lock
 from bench.run.timing import TrainLoopTimer, count_batch
 from bench.run.train import (
     CellSetup,
@@ -210,7 +215,6 @@ class _Cell:
     optimizer: torch.optim.Optimizer | None = None
     scheduler: Any = None
     names: dict[int, str] = field(default_factory=dict)
-    done: bool = False
 
     @property
     def module(self) -> Any:
@@ -269,19 +273,17 @@ class _Stack:
     def eval_logits(
         self, hidden: Sequence[Tensor | None], batch: dict[str, Tensor]
     ) -> list[Tensor]:
+        """Every cell's logits in evaluation mode (no dropout)."""
         logits = self.heads.forward(hidden, batch["attention_mask"])
         return [logits[i] for i in range(len(self.cells))]
 
     def snapshot(self, cell: _Cell) -> dict[str, Tensor]:
+        """CPU copies of a cell's head weights."""
         return self.heads.snapshot(self.cells.index(cell))
 
     def load(self, cell: _Cell, state: dict[str, Tensor]) -> None:
+        """Put a snapshot back into a cell's row."""
         self.heads.load(self.cells.index(cell), state)
-
-    def drop(self, cell: _Cell) -> None:
-        rows = [i for i, c in enumerate(self.cells) if c is not cell]
-        self.heads.keep(rows)
-        self.cells = [self.cells[i] for i in rows]
 
 
 class _Single:
@@ -343,10 +345,6 @@ class _Single:
         """Put a snapshot back into a cell's head."""
         cell.module.head.load_state_dict(state)
 
-    def drop(self, cell: _Cell) -> None:
-        """Remove a cell (it failed)."""
-        self.cells.remove(cell)
-
 
 _Unit = _Stack | _Single
 
@@ -374,8 +372,20 @@ def _device(cfg: DictConfig) -> torch.device:
     return torch.device("cpu")
 
 
+@dataclass(frozen=True)
+class _Output:
+    """What a group writes: the result file's name, reporting splits or not, extra fields."""
+
+    result_file: str
+    report: bool
+    extras: list[dict[str, Any]]
+
+
 def _prepare(
-    cfgs: Sequence[DictConfig], run_dirs: Sequence[Path], results: list[dict[str, Any] | None]
+    cfgs: Sequence[DictConfig],
+    run_dirs: Sequence[Path],
+    results: list[dict[str, Any] | None],
+    output: _Output,
 ) -> list[_Cell]:
     """Build every cell as :func:`bench.run.train.run` would; failures are written at once."""
     cells: list[_Cell] = []
@@ -383,10 +393,10 @@ def _prepare(
     for i, (cfg, run_dir) in enumerate(zip(cfgs, run_dirs, strict=True)):
         started = time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
-        result = new_result(cfg)
+        result = new_result(cfg, extra=output.extras[i])
         try:
             check_cell(cfg)
-            setup = prepare_cell(cfg, result, True, shared)
+            setup = prepare_cell(cfg, result, output.report, shared)
             rng = CellRng()  # the global state the single run starts training with
             if shared is not None and setup.module.feature_plan != shared.module.feature_plan:
                 raise NotLockstep(
@@ -399,11 +409,13 @@ def _prepare(
             cells.append(_Cell(cfg, run_dir, result, started, setup, rng))
         except Exception as err:  # recorded, the group goes on
             record_failure(cfg, run_dir, result, err)
-            results[i] = finish_result(run_dir, result, started)
+            results[i] = finish_result(run_dir, result, started, output.result_file)
     return cells
 
 
-def _finish(cell: _Cell, error: Exception | None, group: dict[str, Any]) -> dict[str, Any]:
+def _finish(
+    cell: _Cell, error: Exception | None, group: dict[str, Any], result_file: str
+) -> dict[str, Any]:
     """Fill the training fields, conclude or record the failure, write the result."""
     module, result = cell.module, cell.result
     result["history"] = module.history
@@ -420,16 +432,25 @@ def _finish(cell: _Cell, error: Exception | None, group: dict[str, Any]) -> dict
             raise error
         except Exception as err:  # in an except block: the traceback is the error's
             record_failure(cell.cfg, cell.run_dir, result, err)
-    cell.done = True
-    return finish_result(cell.run_dir, result, cell.started)
+    return finish_result(cell.run_dir, result, cell.started, result_file)
 
 
-def train_group(cfgs: Sequence[DictConfig], run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
+def train_group(
+    cfgs: Sequence[DictConfig],
+    run_dirs: Sequence[str | Path],
+    *,
+    result_file: str = RESULT_FILE,
+    report: bool = True,
+    extras: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Train cells of one lock-step group together; write each cell's ``result.json``.
 
     Args:
         cfgs: The cells' configs, all with the same :func:`group_key`.
         run_dirs: Each cell's run directory.
+        result_file: The file written (search trials write ``trial.json``).
+        report: Whether the reporting splits are scored (not for search trials).
+        extras: Fields added to each cell's result (a trial's number and configuration).
 
     Returns:
         Each cell's result as written (``ok``, ``failed`` or ``diverged``), in order.
@@ -446,15 +467,19 @@ def train_group(cfgs: Sequence[DictConfig], run_dirs: Sequence[str | Path]) -> l
     dirs = [Path(d) for d in run_dirs]
     results: list[dict[str, Any] | None] = [None] * len(cfgs)
     index = {id(cfg): i for i, cfg in enumerate(cfgs)}
-    cells = _prepare(cfgs, dirs, results)
+    output = _Output(result_file, report, list(extras or [{}] * len(cfgs)))
+    cells = _prepare(cfgs, dirs, results, output)
     if cells:
-        _train_cells(cells, results, index)
+        _train_cells(cells, results, index, output)
     assert all(r is not None for r in results)
     return cast(list[dict[str, Any]], results)
 
 
 def _train_cells(
-    cells: list[_Cell], results: list[dict[str, Any] | None], index: dict[int, int]
+    cells: list[_Cell],
+    results: list[dict[str, Any] | None],
+    index: dict[int, int],
+    output: _Output,
 ) -> None:
     """The batch loop of a group; each cell's result is written when it ends."""
     first = cells[0]
@@ -487,7 +512,7 @@ def _train_cells(
         cell.result["train_time_s"] = time.perf_counter() - started
         cell.result["throughput"] = {**timer.summary(), "cells": len(alive)}
         alive.remove(cell)
-        results[index[id(cell.cfg)]] = _finish(cell, error, group)
+        results[index[id(cell.cfg)]] = _finish(cell, error, group, output.result_file)
 
     try:
         for epoch in range(epochs):
@@ -508,7 +533,8 @@ def _train_cells(
             _evaluate(units, datamodule, plan, first, device)
             _close_epoch(units, epoch, step)
         group["train_s"] = time.perf_counter() - started
-        _report(units, datamodule, plan, first, device)
+        if output.report:
+            _report(units, datamodule, plan, first, device)
     except Exception as err:  # the group cannot go on: every cell still training failed
         for c in list(alive):
             end(c, err)
@@ -573,3 +599,55 @@ def _report(
                 for c in unit.cells:
                     c.module.report["metrics"][name] = evaluations[id(c)].scores(name, 1)
                     c.module.report["predictions"][name] = evaluations[id(c)].collect(name)
+
+
+def train_trials(cfgs: Sequence[DictConfig], run_dirs: Sequence[str | Path]) -> int:
+    """Train the missing search trials of these cells in lock-step groups.
+
+    Only searches with ``search.order_seed`` set qualify (the trials' batch order is then
+    the same for every head of a setting). Trials shared by several cells (their seeds)
+    train once; a trial another process holds, or one that has no partner in a group, is
+    left to :func:`bench.run.search.run_with_search` when its cell trains.
+
+    Args:
+        cfgs: The cells' configs (cells without such a search are passed over).
+        run_dirs: Their run directories (trials live beside them).
+
+    Returns:
+        How many trials were trained here.
+    """
+    pending: dict[Path, tuple[DictConfig, dict[str, Any]]] = {}
+    for cfg, run_dir in zip(cfgs, run_dirs, strict=True):
+        if not search_enabled(cfg) or OmegaConf.select(cfg, "search.order_seed") is None:
+            continue
+        try:
+            for tcfg, folder, extra in pending_trials(cfg, run_dir):
+                pending.setdefault(folder, (tcfg, extra))
+        except ConfigError:
+            continue  # the cell records the bad search itself
+    folders = list(pending)
+    groups, _ = group_cells([pending[f][0] for f in folders])
+    trained = 0
+    for members in groups:
+        with ExitStack() as locks:
+            mine = []
+            for i in members:
+                lock = trial_lock(folders[i])
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    continue  # another process trains it
+                locks.callback(lock.release)
+                tcfg = pending[folders[i]][0]
+                if read_trial(folders[i] / TRIAL_FILE, config_hash(tcfg)) is None:
+                    mine.append(i)
+            if len(mine) > 1:
+                train_group(
+                    [pending[folders[i]][0] for i in mine],
+                    [folders[i] for i in mine],
+                    result_file=TRIAL_FILE,
+                    report=False,
+                    extras=[pending[folders[i]][1] for i in mine],
+                )
+                trained += len(mine)
+    return trained

@@ -131,13 +131,16 @@ def apply_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
 def trial_config(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
     """The config a trial trains: the trial's values, the search seed, no search of its own.
 
-    The trial's batch order comes from the search seed too (``order_seed`` null): trials are
-    shared by every seed and order seed of the cell's setting.
+    The trial's batch order comes from ``search.order_seed`` when it is set (the trials of
+    every head of a setting then see the same batches: they can train in lock-step,
+    :mod:`bench.run.lockstep`), else from the search seed (``order_seed`` null). Either way
+    trials are shared by every seed and order seed of the cell's setting.
     """
     out = apply_values(cfg, values)
     OmegaConf.update(out, "seed", int(cfg.search.seed), merge=False)
-    if "order_seed" in out:
-        OmegaConf.update(out, "order_seed", None, merge=False)
+    order_seed = OmegaConf.select(cfg, "search.order_seed", default=None)
+    if "order_seed" in out or order_seed is not None:
+        OmegaConf.update(out, "order_seed", order_seed, merge=False)
     OmegaConf.update(out, "search", {"name": "none", "trials": 0}, merge=False)
     return out
 
@@ -171,14 +174,49 @@ def read_trial(path: Path, expected_hash: str) -> dict[str, Any] | None:
     return None  # an environmental failure (disk, memory): tried again
 
 
+def trial_lock(folder: Path) -> FileLock:
+    """The lock a process holds while it trains the trial stored in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / _LOCK))
+
+
+def pending_trials(
+    cfg: DictConfig, run_dir: str | Path
+) -> list[tuple[DictConfig, Path, dict[str, Any]]]:
+    """The trials of a cell's search that are not stored yet.
+
+    Args:
+        cfg: The cell's config (with ``search``).
+        run_dir: The cell's run directory (its trials live beside it).
+
+    Returns:
+        Per missing trial: the config it trains, its folder and the fields its record adds
+        (``kind``, ``trial``, ``trial_config``), as :func:`run_trials` would train it.
+
+    Raises:
+        ConfigError: For an invalid space or budget.
+    """
+    draws = draw_trials(space_of(cfg), int(cfg.search.trials), int(cfg.search.seed))
+    missing = []
+    for k, values in enumerate(draws, start=1):
+        folder = trials_dir(run_dir) / f"trial={k}"
+        tcfg = trial_config(cfg, values)
+        if read_trial(folder / TRIAL_FILE, config_hash(tcfg)) is None:
+            missing.append((tcfg, folder, _trial_extra(k, values)))
+    return missing
+
+
+def _trial_extra(k: int, values: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "trial", "trial": k, "trial_config": values}
+
+
 def _run_trial(
     cfg: DictConfig, folder: Path, k: int, values: dict[str, Any], runner: Runner, wait: bool
 ) -> dict[str, Any] | None:
     """Read or train trial ``k`` in ``folder`` under its lock; None when another holds it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder / _LOCK), timeout=-1 if wait else 0)
+    lock = trial_lock(folder)
     try:
-        lock.acquire()
+        lock.acquire(timeout=-1 if wait else 0)
     except Timeout:
         return None
     try:
@@ -191,7 +229,7 @@ def _run_trial(
                 folder,
                 result_file=TRIAL_FILE,
                 report=False,
-                extra={"kind": "trial", "trial": k, "trial_config": values},
+                extra=_trial_extra(k, values),
             )
         return record
     finally:

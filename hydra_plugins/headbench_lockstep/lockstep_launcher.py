@@ -10,7 +10,10 @@ process as one batch loop (:func:`bench.run.lockstep.train_group`); every other 
 as Hydra's basic launcher would run it, with the reason printed. Resume works as for any
 launch: each cell's lock is taken and its stored result decides whether it trains
 (:func:`bench.run.cli.start_cell`), so done cells are skipped and a group trains only its
-cells that need it.
+cells that need it. Searches with ``search.order_seed`` set have their missing trials
+trained first, in lock-step groups across heads and configurations
+(:func:`bench.run.lockstep.train_trials`); each searched cell then trains alone on its
+selected configuration.
 """
 
 import copy
@@ -35,10 +38,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from bench.cell import config_hash
 from bench.run.cli import start_cell
 from bench.run.lockstep import group_cells
 from bench.run.logs import route_lightning_logs
-from bench.run.resume import cell_lock
+from bench.run.resume import ResumePolicy, cell_lock, cell_state, should_run
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,12 @@ class _Job:
     @property
     def run_dir(self) -> Path:
         return Path(str(self.config.hydra.runtime.output_dir))
+
+
+def _will_run(job: _Job) -> bool:
+    """Whether the job's cell trains in this launch (its stored result, the resume flags)."""
+    state = cell_state(job.run_dir, config_hash(job.task))
+    return should_run(state, ResumePolicy.of(job.task))
 
 
 class LockstepLauncher(Launcher):
@@ -125,6 +135,7 @@ class LockstepLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         jobs = [self._job(o, initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        self._trials([job for job in jobs if _will_run(job)])
         groups, alone = group_cells([job.task for job in jobs])
         log.info(
             "Launching %d jobs: %d lock-step groups (%d cells), %d cells alone",
@@ -140,6 +151,15 @@ class LockstepLauncher(Launcher):
             print(f"alone ({alone[i]}): {' '.join(filter_overrides(jobs[i].overrides))}")
             returns[i] = self._alone(job_overrides[i], initial_job_idx + i)
         return [returns[i] for i in range(len(jobs))]
+
+    def _trials(self, jobs: List[_Job]) -> None:
+        """Train the missing search trials (``search.order_seed`` set) in lock-step groups."""
+        if any(OmegaConf.select(j.task, "search.order_seed") is not None for j in jobs):
+            from bench.run.lockstep import train_trials  # torch, Lightning: only when training
+
+            route_lightning_logs()
+            trained = train_trials([j.task for j in jobs], [j.run_dir for j in jobs])
+            print(f"lock-step search trials: {trained} trained")
 
     def _alone(self, overrides: Sequence[str], idx: int) -> JobReturn:
         """Run one job as Hydra's basic launcher does."""
