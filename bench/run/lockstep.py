@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -242,11 +243,10 @@ class _Stack:
         losses = [
             c.setup.kind.loss(c.module.head, logits[i], batch) for i, c in enumerate(self.cells)
         ]
-        finite = torch.isfinite(torch.stack([loss.detach() for loss in losses])).tolist()
+        values = torch.stack([loss.detach() for loss in losses]).tolist()  # one sync a step
+        finite = [math.isfinite(v) for v in values]
         kept = [i for i, ok in enumerate(finite) if ok]
-        diverged = [
-            (self.cells[i], float(losses[i].detach())) for i, ok in enumerate(finite) if not ok
-        ]
+        diverged = [(self.cells[i], values[i]) for i, ok in enumerate(finite) if not ok]
         if kept:
             # A diverged cell's loss is left out: its rows get no gradient from the others.
             torch.stack([losses[i] for i in kept]).sum().backward()
@@ -254,7 +254,7 @@ class _Stack:
             hypers, orders = [], []
             for i, c in enumerate(self.cells):
                 if finite[i]:
-                    c.module.add_train_loss(float(losses[i].detach()), size)
+                    c.module.add_train_loss(values[i], size)
                 assert c.optimizer is not None
                 record = optimizer_hypers(c.optimizer, c.names)
                 hypers.append(record["hypers"])
@@ -502,6 +502,7 @@ def _train_cells(
         "stacked": sum(len(u.cells) for u in units if isinstance(u, _Stack)),
         "device": str(device),
     }
+    log.info("lock-step group of %d cells (%d stacked) on %s", len(cells), group["stacked"], device)
     timer = TrainLoopTimer()
     alive = list(cells)
     started = time.perf_counter()
