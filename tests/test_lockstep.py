@@ -78,10 +78,14 @@ def test_linear_family_in_lockstep_equals_each_cell_alone(compose_cfg, data_dir,
     for i, (a, b) in enumerate(zip(alone, together, strict=True)):
         _same_numbers(a, b, tol=0.0)  # the same kernels: bit for bit on CPU
         assert b["lockstep"]["size"] == len(cells)
+        assert 0 < b["train_time_s"] < b["lockstep"]["train_s"]
         for name in ("predictions_dev.csv", "predictions_select.csv"):
             left = (tmp_path / "alone" / str(i) / name).read_text()
             right = (tmp_path / "together" / str(i) / name).read_text()
             assert left == right, (cells[i], name)
+    # each cell is charged its own computation and a share of the rest: the sum is the group's
+    total = sum(r["train_time_s"] for r in together)
+    assert total == pytest.approx(together[0]["lockstep"]["train_s"], rel=0.05)
 
 
 def test_bilstm_and_bucketed_batches_in_lockstep(compose_cfg, data_dir, tmp_path):

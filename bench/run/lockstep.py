@@ -216,6 +216,8 @@ class _Cell:
     optimizer: torch.optim.Optimizer | None = None
     scheduler: Any = None
     names: dict[int, str] = field(default_factory=dict)
+    #: Training time charged to this cell: its own computation plus its share of the rest.
+    seconds: float = 0.0
 
     @property
     def module(self) -> Any:
@@ -238,6 +240,8 @@ class _Stack:
         self, hidden: Sequence[Tensor | None], batch: dict[str, Tensor]
     ) -> list[tuple[_Cell, float]]:
         """One optimizer step of every cell; returns the cells whose loss was not finite."""
+        started = time.perf_counter()
+        cells = list(self.cells)
         mask = batch["attention_mask"]
         logits = self.heads.forward(hidden, mask, [c.rng for c in self.cells])
         losses = [
@@ -268,6 +272,9 @@ class _Stack:
         if diverged:
             self.heads.keep(kept)
             self.cells = [self.cells[i] for i in kept]
+        share = (time.perf_counter() - started) / len(cells)  # one computation: equal shares
+        for c in cells:
+            c.seconds += share
         return diverged
 
     def eval_logits(
@@ -306,12 +313,14 @@ class _Single:
         mask = batch["attention_mask"]
         diverged = []
         for c in list(self.cells):
+            started = time.perf_counter()
             with c.rng.active(self.device):
                 logits = c.module.head(hidden, mask)
             loss = c.setup.kind.loss(c.module.head, logits, batch)
             if not torch.isfinite(loss):
                 diverged.append((c, float(loss.detach())))
                 self.cells.remove(c)
+                c.seconds += time.perf_counter() - started
                 continue
             c.module.add_train_loss(float(loss.detach()), mask.shape[0])
             loss.backward()
@@ -322,6 +331,7 @@ class _Single:
             c.optimizer.step()
             c.optimizer.zero_grad(set_to_none=True)
             c.scheduler.step()
+            c.seconds += time.perf_counter() - started
         return diverged
 
     def eval_logits(
@@ -506,11 +516,23 @@ def _train_cells(
     timer = TrainLoopTimer()
     alive = list(cells)
     started = time.perf_counter()
+    charged = [0.0]  # seconds charged to cells so far
+    since = started  # charged up to here
     sampler_draws = 1 if datamodule.group_by_length else 0  # its loader's base seed: global
     step = 0
 
+    def charge(since: float) -> float:
+        """Share the time since ``since`` not charged to a cell equally among the cells."""
+        now = time.perf_counter()
+        rest = (now - since) - (sum(c.seconds for c in cells) - charged[0])
+        for c in alive:
+            c.seconds += rest / len(alive)
+        charged[0] = sum(c.seconds for c in cells)
+        return now
+
     def end(cell: _Cell, error: Exception | None) -> None:
-        cell.result["train_time_s"] = time.perf_counter() - started
+        # its own computation and its share of the group's (so a sweep's sum stays true)
+        cell.result["train_time_s"] = cell.seconds
         cell.result["throughput"] = {**timer.summary(), "cells": len(alive)}
         alive.remove(cell)
         results[index[id(cell.cfg)]] = _finish(cell, error, group, output.result_file)
@@ -525,17 +547,22 @@ def _train_cells(
             # would draw one more permutation from the order generator): nor does this.
             batches = itertools.islice(loader, per_epoch)
             for batch, hidden in _batches(batches, plan, first, device):
+                ended = []
                 for unit in units:
-                    for cell, loss in unit.train_step(hidden, batch):
-                        end(cell, DivergedError(step, loss))
+                    ended += unit.train_step(hidden, batch)
+                since = charge(since)  # batch gathering, counted per step
+                for cell, loss in ended:
+                    end(cell, DivergedError(step, loss))
                 count_batch(timer.counts, batch["attention_mask"])
                 step += 1
             timer.stop()
             _evaluate(units, datamodule, plan, first, device)
             _close_epoch(units, epoch, step)
-        group["train_s"] = time.perf_counter() - started
+            since = charge(since)
         if output.report:
             _report(units, datamodule, plan, first, device)
+        charge(since)
+        group["train_s"] = time.perf_counter() - started  # epochs, evaluation, reporting
     except Exception as err:  # the group cannot go on: every cell still training failed
         for c in list(alive):
             end(c, err)
