@@ -25,6 +25,7 @@ from conftest import ROOT
 
 
 def _cfg(compose_cfg, data_dir, tmp_path: Path, *overrides: str):
+    size = () if "selection=dev" in overrides else ("selection.size=32",)
     return compose_cfg(
         "encoder=tiny_bert",
         "task=sst2",
@@ -32,7 +33,7 @@ def _cfg(compose_cfg, data_dir, tmp_path: Path, *overrides: str):
         "order_seed=7",
         f"data.dir={data_dir}",
         "data.train_size=64",
-        "selection.size=32",
+        *size,
         "trainer.max_epochs=2",
         "data.max_length=32",
         "data.batch_size=16",
@@ -56,7 +57,7 @@ def _same_numbers(a: dict, b: dict, tol: float = 1e-5) -> None:
     for ha, hb in zip(a["history"], b["history"], strict=True):
         assert ha["step"] == hb["step"]
         assert ha["train_loss"] == pytest.approx(hb["train_loss"], abs=tol)
-        for split in ("select",):
+        for split in [k for k, v in ha.items() if isinstance(v, dict)]:  # evaluated splits
             for metric, value in ha[split].items():
                 assert value == pytest.approx(hb[split][metric], abs=tol), (split, metric)
     for split, metrics in a["best"]["metrics"].items():
@@ -89,11 +90,17 @@ def test_linear_family_in_lockstep_equals_each_cell_alone(compose_cfg, data_dir,
 
 
 def test_bilstm_and_bucketed_batches_in_lockstep(compose_cfg, data_dir, tmp_path):
-    """The BiLSTM trains per cell in the shared batch loop; length-bucketed batches."""
+    """The BiLSTM trains per cell in the shared batch loop; length-bucketed batches served
+    as examples (not resident)."""
     cells = [("head=bilstm", "seed=1", "head.lstm_hidden=32"), ("head=linear", "seed=1")]
     cells += [("head=linear", "seed=2")]
     _, alone, together = _alone_and_together(
-        compose_cfg, data_dir, tmp_path, cells, "data.group_by_length=bucket"
+        compose_cfg,
+        data_dir,
+        tmp_path,
+        cells,
+        "data.group_by_length=bucket",
+        "cache.resident=false",
     )
     assert together[0]["lockstep"]["stacked"] == 2  # the two linear heads; the BiLSTM alone
     for a, b in zip(alone, together, strict=True):
@@ -107,7 +114,7 @@ def test_bilstm_and_bucketed_batches_in_lockstep(compose_cfg, data_dir, tmp_path
             assert left == (tmp_path / "together" / str(i) / name).read_text(), (cells[i], name)
 
 
-def test_last4_concat_and_regression(compose_cfg, data_dir, tmp_path):
+def test_last4_concat_and_regression_selected_on_dev(compose_cfg, data_dir, tmp_path):
     cells = [("head=last4_concat", f"seed={seed}") for seed in (1, 2)]
     _, alone, together = _alone_and_together(compose_cfg, data_dir, tmp_path / "sst2", cells)
     for a, b in zip(alone, together, strict=True):
@@ -116,8 +123,9 @@ def test_last4_concat_and_regression(compose_cfg, data_dir, tmp_path):
     # output layer runs per cell (F.linear), and the numbers are the same bit for bit
     cells = [("head=linear", f"seed={seed}") for seed in (1, 2)] + [("head=pooler", "seed=1")]
     _, alone, together = _alone_and_together(
-        compose_cfg, data_dir, tmp_path / "stsb", cells, "task=stsb"
+        compose_cfg, data_dir, tmp_path / "stsb", cells, "task=stsb", "selection=dev"
     )
+    assert together[0]["selection"]["split"] == "dev"  # dev selects: no reporting pass
     for a, b in zip(alone, together, strict=True):
         _same_numbers(a, b, tol=0.0)
 
