@@ -15,16 +15,19 @@ reads each batch once and trains every cell of the group on it:
 
 Each cell keeps what it has alone: its initial weights (its module is built as
 :func:`bench.run.train.run` builds it, after ``seed_everything(seed)``), its dropout masks
-(a generator of its own, started from the state the single run has when training starts,
-advanced as the single run's global generator is: one draw per evaluation loader per
-epoch, one per epoch for length-grouped batches), its AdamW state, learning rates,
+(its own random state, :class:`~bench.model.stacked.CellRng`: the state the single run has
+when training starts, advanced as the single run's data loaders advance it: one draw per
+evaluation loader per epoch, one per epoch for length-grouped batches; Lightning takes
+``len(loader)`` batches an epoch without exhausting the sampler, and so does the group),
+its AdamW state, learning rates,
 schedule and weight decay, its gradient-norm clipping, its best epoch and its result
 file (the same fields, written atomically, plus ``lockstep``). A cell whose loss is not
 finite is recorded ``diverged`` at that step and leaves the group; a cell that fails is
 recorded ``failed`` and the others go on.
 
 :func:`group_key` says which cells can share a group and why a cell cannot;
-:func:`train_group` trains one group. The Hydra launcher ``hydra/launcher=lockstep``
+:func:`train_group` trains one group; :func:`train_trials` trains the missing search trials
+of cells whose search sets ``search.order_seed``. The Hydra launcher ``hydra/launcher=lockstep``
 (:mod:`hydra_plugins.headbench_lockstep`) groups the jobs of a sweep and runs the other
 cells as the basic launcher would.
 """
