@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from bench.cell import config_hash
 from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group, train_trials
 from bench.run.search import run_with_search
-from bench.run.train import run
+from bench.run.train import prepare_cell, run
 from conftest import ROOT
 
 
@@ -267,3 +267,12 @@ def test_search_trials_with_an_order_seed_train_in_lockstep(compose_cfg, data_di
     assert "order_seed" not in OmegaConf.to_container(plain.search) or (
         plain.search.order_seed is None
     )
+
+
+def test_a_group_shares_its_data_features_and_frozen_encoder(compose_cfg, data_dir, tmp_path):
+    first = prepare_cell(_cfg(compose_cfg, data_dir, tmp_path, "head=linear", "seed=1"), {}, True)
+    cfg = _cfg(compose_cfg, data_dir, tmp_path, "head=pooler", "seed=2")
+    second = prepare_cell(cfg, {}, True, first)
+    assert not first.module.encoder_drew_random  # loading drew nothing: sharing is exact
+    assert second.module.encoder is first.module.encoder
+    assert second.datamodule is first.datamodule and second.served is first.served

@@ -22,7 +22,7 @@ from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
-from bench.model.encoders import load_encoder, pooler_weights, run_encoder
+from bench.model.encoders import EncoderInfo, load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
@@ -45,6 +45,11 @@ class HeadbenchModule(L.LightningModule):
         report_names: Reporting splits evaluated once, after training, on the best
             epoch's weights (:meth:`evaluate_reporting_splits`); none when the first
             evaluation split is itself the reporting split (``selection=dev``).
+        frozen_encoder: An encoder already loaded from ``encoder`` and frozen, with its
+            info, shared instead of loading another copy (lock-step groups of frozen
+            cells: :mod:`bench.run.lockstep`), when loading it drew no random numbers
+            (:attr:`encoder_drew_random`), so that the head's initial weights are the same
+            either way. Not recorded as a hyperparameter.
     """
 
     def __init__(
@@ -56,11 +61,16 @@ class HeadbenchModule(L.LightningModule):
         optim: dict[str, Any],
         dev_names: list[str] | None = None,
         report_names: list[str] | None = None,
+        frozen_encoder: tuple[nn.Module, EncoderInfo] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["frozen_encoder"])
         self.spec = get_task(task)
-        self.encoder, self.encoder_info = load_encoder(encoder)
+        before = torch.get_rng_state()
+        self.encoder, self.encoder_info = frozen_encoder or load_encoder(encoder)
+        #: Whether loading the encoder drew random numbers (weights missing from the
+        #: checkpoint are initialised): sharing it would then change the head's initial weights.
+        self.encoder_drew_random = not torch.equal(before, torch.get_rng_state())
         info = self.encoder_info
         self.task_type = task_type(self.spec)
         self.head: nn.Module = self.task_type.build_head(

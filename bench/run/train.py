@@ -124,8 +124,8 @@ def prepare_cell(
             ``best_constant`` are set here).
         report: Whether the reporting splits are scored.
         shared: A cell of the same lock-step group already prepared (same data settings,
-            data order, encoder and cache): its data module and served features are
-            reused; this cell only builds its own module, as :func:`run` would.
+            data order, frozen encoder and cache): its data module, served features and
+            encoder are reused; this cell only builds its own head, as :func:`run` would.
 
     Returns:
         The prepared cell.
@@ -157,6 +157,16 @@ def prepare_cell(
             selection=_selection_config(cfg),
             order_seed=OmegaConf.select(cfg, "order_seed", default=None),
         )
+    frozen_encoder = None
+    first = shared.module if shared is not None else None
+    if (
+        first is not None
+        and not first.encoder_drew_random
+        and plain["head"].get("init") != "pretrained"
+    ):
+        # the group's frozen encoder; loading another copy would draw nothing either (a
+        # pretrained-pooler head reads the pooler the first module removed: its own copy)
+        frozen_encoder = (first.encoder, first.encoder_info)
     module = HeadbenchModule(
         encoder=plain["encoder"],
         head=plain["head"],
@@ -166,6 +176,7 @@ def prepare_cell(
         dev_names=datamodule.eval_names,
         # a search trial is never scored on a reporting split: it only selects
         report_names=datamodule.report_names if report else [],
+        frozen_encoder=frozen_encoder,
     )
     info = module.encoder_info
     check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
