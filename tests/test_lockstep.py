@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from bench.cell import config_hash
 from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group, train_trials
-from bench.run.search import run_with_search
+from bench.run.search import run_with_search, select_config
 from bench.run.train import prepare_cell, run
 from conftest import ROOT
 
@@ -153,7 +153,7 @@ def test_cells_that_cannot_train_in_lockstep_are_refused_with_the_reason(
     refused = {
         "order_seed=null": r"order_seed is null: .* set order_seed=<int>",
         "freeze=full": r"freeze=full: lock-step trains frozen heads only \(valid choice: frozen\)",
-        "search=random": r"search.trials=\d+: cells with a search train alone",
+        "search=random": r"search.trials=\d+: a cell's search selects its configuration first",
         "trainer.precision=bf16-mixed": r"trainer.precision=bf16-mixed: .*valid: 32-true",
         "cache.enabled=false": r"cache.enabled=false",
         "+trainer.accumulate_grad_batches=2": r"trainer.accumulate_grad_batches is set",
@@ -179,7 +179,8 @@ def test_cells_that_cannot_train_in_lockstep_are_refused_with_the_reason(
 
 
 def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path):
-    """``hydra/launcher=lockstep``: the eligible cells train as a group, the rest alone."""
+    """``hydra/launcher=lockstep``: after their search, the eligible cells train as a group,
+    the rest alone."""
     command = [
         sys.executable,
         "-m",
@@ -192,6 +193,8 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
         "freeze=frozen",
         "seed=1",
         "order_seed=7,null",
+        "search=random",
+        "search.trials=2",
         "data.train_size=32",
         "selection.size=32",
         "data.max_length=32",
@@ -219,6 +222,9 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
     }
     for cell in grouped:
         assert (tmp_path / "runs" / cell / ".hydra" / "config.yaml").is_file()
+        assert results[cell]["search"]["trials"] == 2  # trained its selected configuration
+    trials = list((tmp_path / "runs").rglob("trial.json"))
+    assert len(trials) == 4  # 2 heads x 2 trials, shared by each head's cells
     assert (tmp_path / "results" / "results.csv").is_file()  # the sweep's callback ran
     again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -276,3 +282,33 @@ def test_a_group_shares_its_data_features_and_frozen_encoder(compose_cfg, data_d
     assert not first.module.encoder_drew_random  # loading drew nothing: sharing is exact
     assert second.module.encoder is first.module.encoder
     assert second.datamodule is first.datamodule and second.served is first.served
+
+
+def test_searched_cells_train_their_selected_configurations_in_lockstep(
+    compose_cfg, data_dir, tmp_path
+):
+    """After the search (trials as a cell alone trains them), the cells are a group."""
+    cells = [(f"head={h}", f"seed={seed}") for h in ("linear", "pooler") for seed in (1, 2)]
+    search = ("search=random", "search.trials=2")
+    results = {}
+    for side in ("alone", "together"):
+        cfgs = [_cfg(compose_cfg, data_dir, tmp_path, *c, *search) for c in cells]
+        dirs = [tmp_path / side / c[0] / c[1] for c in cells]
+        if side == "alone":
+            results[side] = [run_with_search(c, d, run) for c, d in zip(cfgs, dirs, strict=True)]
+            continue
+        chosen = [select_config(c, d, run) for c, d in zip(cfgs, dirs, strict=True)]
+        with pytest.raises(NotLockstep, match="selects its configuration first"):
+            group_key(chosen[0][0])
+        assert group_cells([c for c, _ in chosen], selected=True)[0] == [[0, 1, 2, 3]]
+        results[side] = train_group(
+            [c for c, _ in chosen],
+            dirs,
+            extras=[kw["extra"] for _, kw in chosen],
+            cell_hashes=[kw["cell_hash"] for _, kw in chosen],
+            selected=True,
+        )
+    for a, b in zip(results["alone"], results["together"], strict=True):
+        assert a["search"] == {**b["search"], "train_time_s": a["search"]["train_time_s"]}
+        assert a["config"]["optim"] == b["config"]["optim"]  # the selected trial's values
+        _same_numbers(a, b, tol=0.0)  # config_hash too: the cell's own, as alone

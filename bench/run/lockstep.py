@@ -103,11 +103,13 @@ def _plain(cfg: DictConfig, key: str) -> Any:
     return node
 
 
-def group_key(cfg: DictConfig) -> str:
+def group_key(cfg: DictConfig, selected: bool = False) -> str:
     """The lock-step group of a cell: equal keys train together on the same batches.
 
     Args:
         cfg: The cell's composed config.
+        selected: The cell's search is done and ``cfg`` carries the selected trial's
+            values (:func:`bench.run.search.select_config`): it trains like any cell.
 
     Returns:
         A key (JSON) of everything that must be shared: encoder, task, data settings and
@@ -128,9 +130,10 @@ def group_key(cfg: DictConfig) -> str:
             "in lock-step"
         )
     trials = int(OmegaConf.select(cfg, "search.trials", default=0) or 0)
-    if trials:
+    if trials and not selected:
         raise NotLockstep(
-            f"search.trials={trials}: cells with a search train alone (valid: search=none)"
+            f"search.trials={trials}: a cell's search selects its configuration first "
+            "(hydra/launcher=lockstep then groups the cells; search=none groups at once)"
         )
     task = str(OmegaConf.select(cfg, "task.name", default=""))
     try:
@@ -180,11 +183,14 @@ def group_key(cfg: DictConfig) -> str:
     return json.dumps(key, sort_keys=True, default=str)
 
 
-def group_cells(cfgs: Sequence[DictConfig]) -> tuple[list[list[int]], dict[int, str]]:
+def group_cells(
+    cfgs: Sequence[DictConfig], selected: bool = False
+) -> tuple[list[list[int]], dict[int, str]]:
     """Split cells into lock-step groups and the cells that train alone.
 
     Args:
         cfgs: The cells' configs.
+        selected: Their searches are done (see :func:`group_key`).
 
     Returns:
         The groups (indices into ``cfgs``, each of at least two cells, in launch order) and,
@@ -194,7 +200,7 @@ def group_cells(cfgs: Sequence[DictConfig]) -> tuple[list[list[int]], dict[int, 
     alone: dict[int, str] = {}
     for i, cfg in enumerate(cfgs):
         try:
-            groups.setdefault(group_key(cfg), []).append(i)
+            groups.setdefault(group_key(cfg, selected), []).append(i)
         except NotLockstep as err:
             alone[i] = str(err)
     found = []
@@ -392,6 +398,7 @@ class _Output:
     result_file: str
     report: bool
     extras: list[dict[str, Any]]
+    cell_hashes: list[str | None]
 
 
 def _prepare(
@@ -406,7 +413,7 @@ def _prepare(
     for i, (cfg, run_dir) in enumerate(zip(cfgs, run_dirs, strict=True)):
         started = time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
-        result = new_result(cfg, extra=output.extras[i])
+        result = new_result(cfg, cell_hash=output.cell_hashes[i], extra=output.extras[i])
         try:
             check_cell(cfg)
             setup = prepare_cell(cfg, result, output.report, shared)
@@ -455,6 +462,8 @@ def train_group(
     result_file: str = RESULT_FILE,
     report: bool = True,
     extras: Sequence[dict[str, Any]] | None = None,
+    cell_hashes: Sequence[str | None] | None = None,
+    selected: bool = False,
 ) -> list[dict[str, Any]]:
     """Train cells of one lock-step group together; write each cell's ``result.json``.
 
@@ -463,7 +472,11 @@ def train_group(
         run_dirs: Each cell's run directory.
         result_file: The file written (search trials write ``trial.json``).
         report: Whether the reporting splits are scored (not for search trials).
-        extras: Fields added to each cell's result (a trial's number and configuration).
+        extras: Fields added to each cell's result (a trial's number and configuration;
+            a searched cell's ``search`` record).
+        cell_hashes: The config hash each result records, where ``cfgs`` are not the cells'
+            own configs (a searched cell trains its selected trial's values).
+        selected: The cells' searches are done (:func:`bench.run.search.select_config`).
 
     Returns:
         Each cell's result as written (``ok``, ``failed`` or ``diverged``), in order.
@@ -471,7 +484,7 @@ def train_group(
     Raises:
         NotLockstep: When the cells do not share one group key.
     """
-    keys = {group_key(cfg) for cfg in cfgs}
+    keys = {group_key(cfg, selected) for cfg in cfgs}
     if len(keys) != 1:
         raise NotLockstep(
             f"{len(keys)} lock-step groups among these cells; train each group on its own "
@@ -480,7 +493,12 @@ def train_group(
     dirs = [Path(d) for d in run_dirs]
     results: list[dict[str, Any] | None] = [None] * len(cfgs)
     index = {id(cfg): i for i, cfg in enumerate(cfgs)}
-    output = _Output(result_file, report, list(extras or [{}] * len(cfgs)))
+    output = _Output(
+        result_file,
+        report,
+        list(extras or [{}] * len(cfgs)),
+        list(cell_hashes or [None] * len(cfgs)),
+    )
     cells = _prepare(cfgs, dirs, results, output)
     if cells:
         _train_cells(cells, results, index, output)

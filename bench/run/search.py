@@ -296,6 +296,38 @@ def search_record(
     }
 
 
+def select_config(
+    cfg: DictConfig, run_dir: str | Path, runner: Runner
+) -> tuple[DictConfig, dict[str, Any]]:
+    """What a cell trains after its search, reading or training the trials first.
+
+    Args:
+        cfg: The cell's composed config.
+        run_dir: The cell's run directory.
+        runner: Trains a trial (:func:`bench.run.train.run`).
+
+    Returns:
+        The config to train (the selected trial's values on the cell's config; the cell's
+        own config without a search) and the runner's keyword arguments for the cell:
+        ``extra`` and ``cell_hash`` after a search, ``failure`` when it selected nothing.
+    """
+    if not enabled(cfg):
+        return cfg, {}
+    try:
+        records = run_trials(cfg, run_dir, runner)
+    except ConfigError as err:
+        return cfg, {"failure": str(err)}
+    metric = get_task(str(cfg.task.name)).main_metric
+    chosen = select_trial(records, metric)
+    if chosen is None:
+        reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
+        return cfg, {"failure": f"every search trial failed ({reasons})"}
+    return apply_values(cfg, chosen["trial_config"]), {
+        "extra": {"search": search_record(cfg, records, chosen)},
+        "cell_hash": config_hash(cfg),
+    }
+
+
 def run_with_search(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> dict[str, Any]:
     """Train a cell: directly, or after its search when ``search.trials`` > 0.
 
@@ -308,20 +340,5 @@ def run_with_search(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> dic
     Returns:
         The cell's result as written.
     """
-    if not enabled(cfg):
-        return runner(cfg, run_dir)
-    try:
-        records = run_trials(cfg, run_dir, runner)
-    except ConfigError as err:
-        return runner(cfg, run_dir, failure=str(err))
-    metric = get_task(str(cfg.task.name)).main_metric
-    chosen = select_trial(records, metric)
-    if chosen is None:
-        reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
-        return runner(cfg, run_dir, failure=f"every search trial failed ({reasons})")
-    return runner(
-        apply_values(cfg, chosen["trial_config"]),
-        run_dir,
-        extra={"search": search_record(cfg, records, chosen)},
-        cell_hash=config_hash(cfg),
-    )
+    trained, kwargs = select_config(cfg, run_dir, runner)
+    return runner(trained, run_dir, **kwargs)

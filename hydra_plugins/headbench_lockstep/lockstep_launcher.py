@@ -10,10 +10,14 @@ process as one batch loop (:func:`bench.run.lockstep.train_group`); every other 
 as Hydra's basic launcher would run it, with the reason printed. Resume works as for any
 launch: each cell's lock is taken and its stored result decides whether it trains
 (:func:`bench.run.cli.start_cell`), so done cells are skipped and a group trains only its
-cells that need it. Searches with ``search.order_seed`` set have their missing trials
-trained first, in lock-step groups across heads and configurations
-(:func:`bench.run.lockstep.train_trials`); each searched cell then trains alone on its
-selected configuration.
+cells that need it.
+
+Cells with a search: their missing trials are trained first, in lock-step groups across
+heads and configurations when ``search.order_seed`` is set
+(:func:`bench.run.lockstep.train_trials`), otherwise one by one as a cell alone would
+(:func:`bench.run.search.select_config`); then each cell's selected configuration is known
+and the searched cells are grouped like any others, each training that configuration with
+its own seed and order seed.
 """
 
 import copy
@@ -137,6 +141,9 @@ class LockstepLauncher(Launcher):
         jobs = [self._job(o, initial_job_idx + i) for i, o in enumerate(job_overrides)]
         self._trials([job for job in jobs if _will_run(job)])
         groups, alone = group_cells([job.task for job in jobs])
+        selected = self._select(jobs)  # searched cells: their configurations, trials done
+        order = sorted(selected)
+        searched, _ = group_cells([selected[i][0] for i in order], selected=True)
         log.info(
             "Launching %d jobs: %d lock-step groups (%d cells), %d cells alone",
             len(jobs),
@@ -147,7 +154,11 @@ class LockstepLauncher(Launcher):
         returns: Dict[int, JobReturn] = {}
         for members in groups:
             returns.update(self._group([jobs[i] for i in members], members))
-        for i in sorted(alone):
+        for found in searched:
+            members = [order[k] for k in found]
+            chosen = [selected[i] for i in members]
+            returns.update(self._group([jobs[i] for i in members], members, chosen))
+        for i in sorted(set(alone) - set(returns)):
             print(f"alone ({alone[i]}): {' '.join(filter_overrides(jobs[i].overrides))}")
             returns[i] = self._alone(job_overrides[i], initial_job_idx + i)
         return [returns[i] for i in range(len(jobs))]
@@ -160,6 +171,19 @@ class LockstepLauncher(Launcher):
             route_lightning_logs()
             trained = train_trials([j.task for j in jobs], [j.run_dir for j in jobs])
             print(f"lock-step search trials: {trained} trained")
+
+    def _select(self, jobs: List[_Job]) -> Dict[int, Any]:
+        """Each searched cell's selected configuration (its trials read or trained here)."""
+        from bench.run.search import enabled, select_config
+        from bench.run.train import run
+
+        selected = {}
+        for i, job in enumerate(jobs):
+            if enabled(job.task) and _will_run(job):
+                trained, kwargs = select_config(job.task, job.run_dir, run)
+                if "failure" not in kwargs:  # a failed search is recorded by the cell alone
+                    selected[i] = (trained, kwargs)
+        return selected
 
     def _alone(self, overrides: Sequence[str], idx: int) -> JobReturn:
         """Run one job as Hydra's basic launcher does."""
@@ -179,26 +203,39 @@ class LockstepLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return ret
 
-    def _group(self, jobs: List[_Job], members: List[int]) -> Dict[int, JobReturn]:
-        """Claim the group's cells (resume decides which train), train those together."""
+    def _group(
+        self, jobs: List[_Job], members: List[int], chosen: Optional[List[Any]] = None
+    ) -> Dict[int, JobReturn]:
+        """Claim the group's cells (resume decides which train), train those together.
+
+        ``chosen``: for searched cells, each one's selected configuration and the keyword
+        arguments of its result (``extra``, ``cell_hash``).
+        """
         from bench.run.lockstep import train_group  # torch, Lightning: only when training
         from bench.run.train import run
 
         returns: Dict[int, JobReturn] = {}
         with ExitStack() as locks:
-            training = []
-            for job in jobs:
+            training, trains = [], []
+            for k, job in enumerate(jobs):
                 mine = locks.enter_context(cell_lock(job.run_dir))
                 hydra_cfg = job.config.hydra
                 if start_cell(job.task, hydra_cfg, job.run_dir, mine):
                     training.append(job)
+                    trains.append(chosen[k] if chosen else (job.task, {}))
             route_lightning_logs()
             results: List[Dict[str, Any]] = []
             if len(training) > 1:
                 print(f"lock-step group of {len(training)} cells")
-                results = train_group([j.task for j in training], [j.run_dir for j in training])
+                results = train_group(
+                    [cfg for cfg, _ in trains],
+                    [j.run_dir for j in training],
+                    extras=[kwargs.get("extra", {}) for _, kwargs in trains],
+                    cell_hashes=[kwargs.get("cell_hash") for _, kwargs in trains],
+                    selected=chosen is not None,
+                )
             elif training:  # the others are done: this one trains alone
-                results = [run(training[0].task, training[0].run_dir)]
+                results = [run(trains[0][0], training[0].run_dir, **trains[0][1])]
         for job, result in zip(training, results, strict=True):
             print(f"{result['status']}: {job.run_dir}/result.json")
         for i, job in zip(members, jobs, strict=True):
