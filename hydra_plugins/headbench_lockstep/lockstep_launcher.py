@@ -46,7 +46,13 @@ from bench.cell import config_hash
 from bench.run.cli import start_cell
 from bench.run.lockstep import group_cells
 from bench.run.logs import route_lightning_logs
-from bench.run.resume import ResumePolicy, cell_lock, cell_state, should_run
+from bench.run.resume import (
+    ResumePolicy,
+    cell_lock,
+    cell_state,
+    running_elsewhere,
+    should_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +85,11 @@ class _Job:
 
 
 def _will_run(job: _Job) -> bool:
-    """Whether the job's cell trains in this launch (its stored result, the resume flags)."""
-    state = cell_state(job.run_dir, config_hash(job.task))
+    """Whether the job's cell trains in this launch, as the dry run decides it.
+
+    Its stored result, the resume flags, and whether another process trains it now.
+    """
+    state = running_elsewhere(job.run_dir) or cell_state(job.run_dir, config_hash(job.task))
     return should_run(state, ResumePolicy.of(job.task))
 
 
