@@ -236,6 +236,8 @@ def config_hash(cfg: DictConfig) -> str:
         hashed["selection"] = selection
     search = _plain(cfg.get("search"))
     if search and int(search.get("trials") or 0) > 0:
+        if search.get("order_seed") is None:  # added for lock-step trials: None is as before
+            search.pop("order_seed", None)
         hashed["search"] = search
     order_seed = cfg.get("order_seed")
     if order_seed is not None:  # added with the seed split: None is the old behaviour

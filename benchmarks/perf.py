@@ -19,6 +19,12 @@ Everything is measured side by side in one run on this machine (nothing is extra
    process, and the medians are compared.
 3. ``flops``: that cell's achieved training FLOP/s (each run's own token counts) against
    the measured dense matmul peak (fp32 and bf16, best of 3) at the same thread count.
+5. ``lockstep``: N frozen cells (``--lockstep-heads`` x seeds, one ``order_seed``) trained
+   in lock-step groups (:mod:`bench.run.lockstep`) against the same N cells one after
+   another with ``run()``, in the same process, from the same warm feature cache: the two
+   walls and their ratio, one cell's training examples/s, the group's head-examples/s
+   (examples x cells per second of its batch loop), and how many cells' selected epoch
+   or metrics differ between the two.
 
 Each part is saved to the output file as it finishes (uncached grid cells one by one), and
 a rerun with the same settings skips what is already measured.
@@ -90,6 +96,81 @@ def _dev_accuracy(result: dict[str, Any]) -> dict[str, float | None]:
     history = result.get("history") or [{}]
     best = (result.get("best") or {}).get("metrics", {}).get("dev", {})
     return {"final": history[-1].get("dev", {}).get("accuracy"), "best": best.get("accuracy")}
+
+
+# --------------------------------------------------------------------------- lockstep
+
+
+def _lockstep_overrides(args: argparse.Namespace, head: str, seed: int, cache: Path) -> list[str]:
+    """The grid part's cell (length-grouped batches), with one order seed for all."""
+    return [*_grid_overrides(args, head, seed, {"dir": cache}), "order_seed=1"]
+
+
+def _same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return bool(
+        a["status"] == b["status"] == "ok"
+        and a["best"]["epoch"] == b["best"]["epoch"]
+        and json.dumps(a["best"]["metrics"]) == json.dumps(b["best"]["metrics"])
+    )
+
+
+def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 5 (#22 item 2): N frozen cells in lock-step vs N x one cell, same process."""
+    from bench.run.lockstep import group_cells, train_group
+    from bench.run.train import run
+
+    heads = [h.strip() for h in args.lockstep_heads.split(",") if h.strip()]
+    seeds = math.ceil(args.lockstep_cells / len(heads))
+    cells = [(h, s) for s in range(1, seeds + 1) for h in heads][: args.lockstep_cells]
+    work = Path(tempfile.mkdtemp(prefix="headbench-lockstep-"))
+    torch.set_num_threads(args.grid_threads)
+    cfgs = [_compose(_lockstep_overrides(args, h, s, work / "cache")) for h, s in cells]
+    run(cfgs[0], work / "warm")  # fills the feature cache: both sides read it warm
+    started = time.perf_counter()
+    alone = [run(cfg, work / "alone" / str(i)) for i, cfg in enumerate(cfgs)]
+    alone_s = time.perf_counter() - started
+    groups, single = group_cells(cfgs)
+    started = time.perf_counter()
+    together: dict[int, dict[str, Any]] = {}
+    for members in groups:
+        dirs = [work / "lockstep" / str(i) for i in members]
+        together.update(zip(members, train_group([cfgs[i] for i in members], dirs), strict=True))
+    for i in single:
+        together[i] = run(cfgs[i], work / "lockstep" / str(i))
+    lockstep_s = time.perf_counter() - started
+    loops = {}
+    for members in groups:
+        first = together[members[0]]
+        loops[len(loops)] = {
+            "cells": len(members),
+            "train_loop_s": first["throughput"]["train_loop_s"],
+            "examples": first["throughput"]["examples"],
+        }
+    head_examples = sum(g["examples"] * g["cells"] for g in loops.values())
+    loop_s = sum(g["train_loop_s"] for g in loops.values())
+    one = statistics.median(r["throughput"]["examples_per_s"] for r in alone if r["throughput"])
+    state["lockstep"] = {
+        "settings": {
+            "encoder": args.encoder,
+            "task": args.task,
+            "train_size": args.train_size,
+            "epochs": args.epochs,
+            "max_length": args.max_length,
+            "batch_size": args.batch_size,
+            "heads": heads,
+            "cells": len(cells),
+            "threads": args.grid_threads,
+        },
+        "groups": [len(m) for m in groups],
+        "alone_s": alone_s,
+        "lockstep_s": lockstep_s,
+        "ratio": alone_s / lockstep_s,
+        "one_cell_wall_s": statistics.median(r["wall_time_s"] for r in alone),
+        "one_cell_examples_per_s": one,
+        "lockstep_head_examples_per_s": head_examples / loop_s if loop_s else None,
+        "cells_differing": sum(not _same_cell(alone[i], together[i]) for i in range(len(cfgs))),
+    }
+    save()
 
 
 # --------------------------------------------------------------------------- part 1 and 4
@@ -824,7 +905,33 @@ def table(state: dict[str, Any]) -> str:
     summary = ft.get("summary") or {}
     if summary:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
+    lines += _lockstep_table(state.get("lockstep") or {})
     return "\n".join(lines)
+
+
+def _lockstep_table(ls: dict[str, Any]) -> list[str]:
+    """Part 4's figures, when measured."""
+    if not ls:
+        return []
+    st = ls["settings"]
+    return [
+        "",
+        f"Lock-step frozen heads ({st['encoder']}, {st['task']} {st['train_size']}-example "
+        f"subset, {st['epochs']} epochs, max length {st['max_length']}, batch "
+        f"{st['batch_size']}, {st['threads']} thread; {st['cells']} cells: "
+        f"{', '.join(st['heads'])} x seeds, one order seed; warm feature cache):",
+        "",
+        "| measurement | value |",
+        "|---|---|",
+        f"| wall of {st['cells']} cells one after another (run()) | {ls['alone_s']:.1f} s |",
+        f"| wall of the same cells in lock-step (groups of {ls['groups']}) "
+        f"| {ls['lockstep_s']:.1f} s ({ls['ratio']:.1f}x faster) |",
+        f"| one cell's wall (median) | {ls['one_cell_wall_s']:.1f} s |",
+        f"| one cell's training examples/s (median) | {ls['one_cell_examples_per_s']:.0f} |",
+        f"| lock-step head-examples/s (examples x cells per second of the batch loops) "
+        f"| {ls['lockstep_head_examples_per_s']:.0f} |",
+        f"| cells whose selected epoch or metrics differ | {ls['cells_differing']} |",
+    ]
 
 
 def _frameworks(text: str) -> list[str]:
@@ -846,7 +953,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--parts",
         default="grid,finetune,flops",
-        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3)",
+        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3), lockstep",
     )
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--task", default="sst2")
@@ -854,6 +961,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="grid cells' epochs")
     p.add_argument("--grid-cells", type=int, default=32, help="cells per path (4 heads x seeds)")
     p.add_argument("--grid-threads", type=int, default=1, help="torch threads for the grid")
+    p.add_argument("--lockstep-cells", type=int, default=24, help="cells of the lockstep part")
+    p.add_argument(
+        "--lockstep-heads",
+        default="linear,pooler,mean_linear,last4_concat",
+        help="heads of the lockstep part (comma-separated)",
+    )
     p.add_argument("--ft-train-size", type=int, default=2000)
     p.add_argument("--ft-epochs", type=int, default=3)
     p.add_argument(
@@ -953,6 +1066,7 @@ def main(argv: list[str] | None = None) -> None:
         "grid": run_grid,
         "finetune": run_finetune,
         "flops": run_flops,
+        "lockstep": run_lockstep,
         "table": lambda *_: None,
     }
     for name in args.parts.split(","):

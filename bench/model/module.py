@@ -9,6 +9,7 @@ the loss and the evaluation, comes from the task's :mod:`~bench.model.task_types
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -21,11 +22,11 @@ from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
-from bench.model.encoders import load_encoder, pooler_weights, run_encoder
+from bench.model.encoders import EncoderInfo, load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
-from bench.model.task_types import task_type
+from bench.model.task_types import Evaluation, task_type
 
 
 class HeadbenchModule(L.LightningModule):
@@ -44,6 +45,11 @@ class HeadbenchModule(L.LightningModule):
         report_names: Reporting splits evaluated once, after training, on the best
             epoch's weights (:meth:`evaluate_reporting_splits`); none when the first
             evaluation split is itself the reporting split (``selection=dev``).
+        frozen_encoder: An encoder already loaded from ``encoder`` and frozen, with its
+            info, shared instead of loading another copy (lock-step groups of frozen
+            cells: :mod:`bench.run.lockstep`), when loading it drew no random numbers
+            (:attr:`encoder_drew_random`), so that the head's initial weights are the same
+            either way. Not recorded as a hyperparameter.
     """
 
     def __init__(
@@ -55,11 +61,16 @@ class HeadbenchModule(L.LightningModule):
         optim: dict[str, Any],
         dev_names: list[str] | None = None,
         report_names: list[str] | None = None,
+        frozen_encoder: tuple[nn.Module, EncoderInfo] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["frozen_encoder"])
         self.spec = get_task(task)
-        self.encoder, self.encoder_info = load_encoder(encoder)
+        before = torch.get_rng_state()
+        self.encoder, self.encoder_info = frozen_encoder or load_encoder(encoder)
+        #: Whether loading the encoder drew random numbers (weights missing from the
+        #: checkpoint are initialised): sharing it would then change the head's initial weights.
+        self.encoder_drew_random = not torch.equal(before, torch.get_rng_state())
         info = self.encoder_info
         self.task_type = task_type(self.spec)
         self.head: nn.Module = self.task_type.build_head(
@@ -170,9 +181,13 @@ class HeadbenchModule(L.LightningModule):
             raise DivergedError(self.global_step, float(loss))
         size = batch["attention_mask"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
-        self._train_loss[0] += float(loss.detach()) * size
-        self._train_loss[1] += size
+        self.add_train_loss(float(loss.detach()), size)
         return loss
+
+    def add_train_loss(self, loss: float, size: int) -> None:
+        """Add a training batch's mean loss to the epoch's running mean (``train_loss``)."""
+        self._train_loss[0] += loss * size
+        self._train_loss[1] += size
 
     def optimizer_step(
         self,
@@ -216,13 +231,40 @@ class HeadbenchModule(L.LightningModule):
         """Compute metrics per split, record the epoch, keep the best epoch's predictions."""
         if self.trainer.world_size > 1:  # every rank scores the whole split, each example once
             self.evaluation.gather()
-        record: dict[str, Any] = {"epoch": self.current_epoch, "step": self.global_step}
+        record = self.close_epoch(self.current_epoch, self.global_step, self.trainer.world_size)
         for name in self.dev_names:
-            values = self.evaluation.scores(name, self.trainer.world_size)
             self.log_dict(  # the same on every rank: sync_dist only averages equal values
-                {f"{name}/{k}": v for k, v in values.items() if v is not None}, sync_dist=True
+                {f"{name}/{k}": v for k, v in record[name].items() if v is not None},
+                sync_dist=True,
             )
-            record[name] = values
+
+    def close_epoch(
+        self,
+        epoch: int,
+        step: int,
+        world_size: int = 1,
+        snapshot: Callable[[], dict[str, Tensor]] | None = None,
+    ) -> dict[str, Any]:
+        """Score the epoch's evaluation splits, append the record, keep the best epoch.
+
+        The best epoch is the one with the highest main metric on the first evaluation
+        split (ties: the earlier one); its predictions are kept, and, when reporting splits
+        wait for them, its weights.
+
+        Args:
+            epoch: The epoch just evaluated.
+            step: Optimizer steps taken so far.
+            world_size: Ranks whose predictions :attr:`evaluation` holds (gathered).
+            snapshot: Returns CPU copies of the weights to restore for the reporting splits
+                (lock-step training keeps the head's weights outside this module); None:
+                the module's whole ``state_dict``.
+
+        Returns:
+            The epoch's record (as appended to :attr:`history`).
+        """
+        record: dict[str, Any] = {"epoch": epoch, "step": step}
+        for name in self.dev_names:
+            record[name] = self.evaluation.scores(name, world_size)
         total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
         record["train_loss"] = total / count if count else None  # mean over the epoch so far
         self.history.append(record)
@@ -230,16 +272,24 @@ class HeadbenchModule(L.LightningModule):
         main = -math.inf if main is None else main
         if self.best is None or main > self.best["main"]:
             self.best = {
-                "epoch": self.current_epoch,
+                "epoch": epoch,
                 "main": main,
                 "metrics": {n: record[n] for n in self.dev_names},
                 "predictions": {n: self.evaluation.collect(n) for n in self.dev_names},
             }
             if self.report_names:  # the reporting splits are scored on these weights later
-                self._best_state = {
-                    k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()
-                }
+                self._best_state = (
+                    snapshot()
+                    if snapshot is not None
+                    else {k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()}
+                )
         self.evaluation.clear()
+        return record
+
+    def take_best_state(self) -> dict[str, Tensor] | None:
+        """The weights kept at the best epoch (once: the module forgets them)."""
+        state, self._best_state = self._best_state, None
+        return state
 
     def on_train_end(self) -> None:
         """Score the reporting splits once, on the selected epoch's weights."""
@@ -261,10 +311,7 @@ class HeadbenchModule(L.LightningModule):
         """
         datamodule: Any = self.trainer.datamodule  # type: ignore[attr-defined]
         loaders = datamodule.report_dataloaders()
-        evaluation = self.task_type.evaluation(self.report_names).to(self.device)
-        for metric in evaluation.modules():
-            if isinstance(metric, Metric):
-                metric.sync_on_compute = False  # each rank holds the whole split
+        evaluation = self.reporting_evaluation(self.device)
         was_training = self.training
         self.eval()
         report: dict[str, Any] = {"metrics": {}, "predictions": {}}
@@ -279,6 +326,21 @@ class HeadbenchModule(L.LightningModule):
         finally:
             self.train(was_training)
         return report
+
+    def reporting_evaluation(self, device: torch.device) -> Evaluation:
+        """A fresh evaluation of the reporting splits that scores this process's predictions.
+
+        Args:
+            device: Where the in-loop metrics live (the logits' device).
+
+        Returns:
+            The evaluation, its metrics never synced across ranks (each holds the whole split).
+        """
+        evaluation = self.task_type.evaluation(self.report_names).to(device)
+        for metric in evaluation.modules():
+            if isinstance(metric, Metric):
+                metric.sync_on_compute = False  # each rank holds the whole split
+        return evaluation
 
     def run_record(self) -> dict[str, Any]:
         """What training recorded on the module (plain values): history, best epoch, stages.
@@ -303,9 +365,34 @@ class HeadbenchModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]
         """AdamW with separate encoder/head learning rates (groups from the strategy).
 
+        See :meth:`build_optimizer`; the schedule is stepped every optimizer step.
+        """
+        total = int(self.trainer.estimated_stepping_batches)
+        per_epoch = math.ceil(
+            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
+        )
+        optimizer, scheduler = self.build_optimizer(total, per_epoch, str(self.trainer.precision))
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+    def build_optimizer(
+        self, total: int, per_epoch: int, precision: str = "32-true"
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """The cell's AdamW and its learning-rate schedule.
+
         Matrices decay, biases and norm weights do not (nanoGPT's grouping).
         Warm-up then linear decay to zero, stepped every optimizer step (LP-FT restarts
         it for its fine-tuning phase; see :mod:`bench.model.adaptation`).
+
+        Args:
+            total: Optimizer steps of the whole run.
+            per_epoch: Optimizer steps per epoch.
+            precision: The trainer's precision (no fused kernel under mixed precision).
+
+        Returns:
+            The optimizer and the scheduler.
         """
         optim = self.hparams["optim"]
         groups = self.adaptation.param_groups(self.head, optim)
@@ -314,17 +401,9 @@ class HeadbenchModule(L.LightningModule):
         # Trainer's default). Off by default because it rounds differently, and committed
         # results were made without it. Lightning's mixed precision refuses gradient
         # clipping with fused optimizers, so never there.
-        fused = bool(optim.get("fused", False)) and "mixed" not in str(self.trainer.precision)
+        fused = bool(optim.get("fused", False)) and "mixed" not in precision
         try:
             optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps, fused=fused or None)
         except RuntimeError:  # a device or torch build without the fused kernel
             optimizer = torch.optim.AdamW(groups, betas=betas, eps=eps)
-        total = int(self.trainer.estimated_stepping_batches)
-        per_epoch = math.ceil(
-            self.trainer.num_training_batches / self.trainer.accumulate_grad_batches
-        )
-        scheduler = self.adaptation.scheduler(optimizer, optim, total, per_epoch)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
+        return optimizer, self.adaptation.scheduler(optimizer, optim, total, per_epoch)

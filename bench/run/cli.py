@@ -88,16 +88,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     with cell_lock(run_dir) as mine:  # two launches never train one cell at once
-        state = cell_state(run_dir, config_hash(cfg)) if mine else CellState(RUNNING)
-        if not should_run(state, ResumePolicy.of(cfg)):
-            _report_skip(hydra_cfg, run_dir, state)
+        if not start_cell(cfg, hydra_cfg, run_dir, mine):
             return
-        if state.state in KEPT_STATES:
-            kept = supersede(run_dir)
-            why = f"{state.state}: {state.reason}" if state.reason else state.state
-            print(f"kept the earlier result ({why}) in {kept}")
-        clear_run_outputs(run_dir)
-        save_job_config(run_dir, cfg, hydra_cfg)
         route_lightning_logs()
         result = run_with_search(cfg, run_dir, run)
     status = result["status"]
@@ -105,6 +97,36 @@ def _hydra_main(cfg: DictConfig) -> None:
     if status != "ok" and hydra_cfg.mode == RunMode.RUN:
         print(f"reason: {result['reason']}", file=sys.stderr)
         sys.exit(1)
+
+
+def start_cell(cfg: DictConfig, hydra_cfg: Any, run_dir: Path, mine: bool) -> bool:
+    """Decide, holding the cell's lock, whether it trains; if so, make its directory ready.
+
+    A cell that should not train (done, failed without ``+rerun_failed``, or trained by
+    another process) is reported and left untouched. One that trains has an earlier result
+    of another configuration moved to ``superseded/``, its old outputs cleared and its
+    ``.hydra/`` config written.
+
+    Args:
+        cfg: The cell's config.
+        hydra_cfg: Its Hydra config (``HydraConfig.get()`` inside its job).
+        run_dir: Its run directory.
+        mine: Whether this process holds the cell's lock (:func:`bench.run.resume.cell_lock`).
+
+    Returns:
+        True when the cell is to be trained now.
+    """
+    state = cell_state(run_dir, config_hash(cfg)) if mine else CellState(RUNNING)
+    if not should_run(state, ResumePolicy.of(cfg)):
+        _report_skip(hydra_cfg, run_dir, state)
+        return False
+    if state.state in KEPT_STATES:
+        kept = supersede(run_dir)
+        why = f"{state.state}: {state.reason}" if state.reason else state.state
+        print(f"kept the earlier result ({why}) in {kept}")
+    clear_run_outputs(run_dir)
+    save_job_config(run_dir, cfg, hydra_cfg)
+    return True
 
 
 #: Hydra's own folder of a run directory (written by :func:`save_job_config`).

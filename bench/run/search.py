@@ -131,13 +131,16 @@ def apply_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
 def trial_config(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
     """The config a trial trains: the trial's values, the search seed, no search of its own.
 
-    The trial's batch order comes from the search seed too (``order_seed`` null): trials are
-    shared by every seed and order seed of the cell's setting.
+    The trial's batch order comes from ``search.order_seed`` when it is set (the trials of
+    every head of a setting then see the same batches: they can train in lock-step,
+    :mod:`bench.run.lockstep`), else from the search seed (``order_seed`` null). Either way
+    trials are shared by every seed and order seed of the cell's setting.
     """
     out = apply_values(cfg, values)
     OmegaConf.update(out, "seed", int(cfg.search.seed), merge=False)
-    if "order_seed" in out:
-        OmegaConf.update(out, "order_seed", None, merge=False)
+    order_seed = OmegaConf.select(cfg, "search.order_seed", default=None)
+    if "order_seed" in out or order_seed is not None:
+        OmegaConf.update(out, "order_seed", order_seed, merge=False)
     OmegaConf.update(out, "search", {"name": "none", "trials": 0}, merge=False)
     return out
 
@@ -171,14 +174,49 @@ def read_trial(path: Path, expected_hash: str) -> dict[str, Any] | None:
     return None  # an environmental failure (disk, memory): tried again
 
 
+def trial_lock(folder: Path) -> FileLock:
+    """The lock a process holds while it trains the trial stored in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / _LOCK))
+
+
+def pending_trials(
+    cfg: DictConfig, run_dir: str | Path
+) -> list[tuple[DictConfig, Path, dict[str, Any]]]:
+    """The trials of a cell's search that are not stored yet.
+
+    Args:
+        cfg: The cell's config (with ``search``).
+        run_dir: The cell's run directory (its trials live beside it).
+
+    Returns:
+        Per missing trial: the config it trains, its folder and the fields its record adds
+        (``kind``, ``trial``, ``trial_config``), as :func:`run_trials` would train it.
+
+    Raises:
+        ConfigError: For an invalid space or budget.
+    """
+    draws = draw_trials(space_of(cfg), int(cfg.search.trials), int(cfg.search.seed))
+    missing = []
+    for k, values in enumerate(draws, start=1):
+        folder = trials_dir(run_dir) / f"trial={k}"
+        tcfg = trial_config(cfg, values)
+        if read_trial(folder / TRIAL_FILE, config_hash(tcfg)) is None:
+            missing.append((tcfg, folder, _trial_extra(k, values)))
+    return missing
+
+
+def _trial_extra(k: int, values: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "trial", "trial": k, "trial_config": values}
+
+
 def _run_trial(
     cfg: DictConfig, folder: Path, k: int, values: dict[str, Any], runner: Runner, wait: bool
 ) -> dict[str, Any] | None:
     """Read or train trial ``k`` in ``folder`` under its lock; None when another holds it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder / _LOCK), timeout=-1 if wait else 0)
+    lock = trial_lock(folder)
     try:
-        lock.acquire()
+        lock.acquire(timeout=-1 if wait else 0)
     except Timeout:
         return None
     try:
@@ -191,7 +229,7 @@ def _run_trial(
                 folder,
                 result_file=TRIAL_FILE,
                 report=False,
-                extra={"kind": "trial", "trial": k, "trial_config": values},
+                extra=_trial_extra(k, values),
             )
         return record
     finally:
@@ -258,6 +296,38 @@ def search_record(
     }
 
 
+def select_config(
+    cfg: DictConfig, run_dir: str | Path, runner: Runner
+) -> tuple[DictConfig, dict[str, Any]]:
+    """What a cell trains after its search, reading or training the trials first.
+
+    Args:
+        cfg: The cell's composed config.
+        run_dir: The cell's run directory.
+        runner: Trains a trial (:func:`bench.run.train.run`).
+
+    Returns:
+        The config to train (the selected trial's values on the cell's config; the cell's
+        own config without a search) and the runner's keyword arguments for the cell:
+        ``extra`` and ``cell_hash`` after a search, ``failure`` when it selected nothing.
+    """
+    if not enabled(cfg):
+        return cfg, {}
+    try:
+        records = run_trials(cfg, run_dir, runner)
+    except ConfigError as err:
+        return cfg, {"failure": str(err)}
+    metric = get_task(str(cfg.task.name)).main_metric
+    chosen = select_trial(records, metric)
+    if chosen is None:
+        reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
+        return cfg, {"failure": f"every search trial failed ({reasons})"}
+    return apply_values(cfg, chosen["trial_config"]), {
+        "extra": {"search": search_record(cfg, records, chosen)},
+        "cell_hash": config_hash(cfg),
+    }
+
+
 def run_with_search(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> dict[str, Any]:
     """Train a cell: directly, or after its search when ``search.trials`` > 0.
 
@@ -270,20 +340,5 @@ def run_with_search(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> dic
     Returns:
         The cell's result as written.
     """
-    if not enabled(cfg):
-        return runner(cfg, run_dir)
-    try:
-        records = run_trials(cfg, run_dir, runner)
-    except ConfigError as err:
-        return runner(cfg, run_dir, failure=str(err))
-    metric = get_task(str(cfg.task.name)).main_metric
-    chosen = select_trial(records, metric)
-    if chosen is None:
-        reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
-        return runner(cfg, run_dir, failure=f"every search trial failed ({reasons})")
-    return runner(
-        apply_values(cfg, chosen["trial_config"]),
-        run_dir,
-        extra={"search": search_record(cfg, records, chosen)},
-        cell_hash=config_hash(cfg),
-    )
+    trained, kwargs = select_config(cfg, run_dir, runner)
+    return runner(trained, run_dir, **kwargs)

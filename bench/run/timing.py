@@ -52,10 +52,12 @@ class TrainLoopTimer(L.Callback):
         self.counts = dict.fromkeys(BATCH_COUNTS, 0)
         self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
 
-    def _open(self) -> None:
+    def start(self) -> None:
+        """Start (or resume) timing; what :meth:`stop` adds up (also used without a Trainer)."""
         self._since = (time.perf_counter(), time.process_time(), minor_faults())
 
-    def _close(self) -> None:
+    def stop(self) -> None:
+        """Stop timing and add the span since :meth:`start` to the totals."""
         if self._since is not None:
             wall, cpu, faults = self._since
             self.seconds += time.perf_counter() - wall
@@ -65,20 +67,20 @@ class TrainLoopTimer(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start timing the epoch."""
-        self._open()
+        self.start()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Pause while validating."""
-        self._close()
+        self.stop()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Resume if validation ran inside a training epoch."""
         if trainer.training:
-            self._open()
+            self.start()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Stop timing the epoch."""
-        self._close()
+        self.stop()
 
     def on_train_batch_end(
         self,

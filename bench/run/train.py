@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import atomic_write_json
-from bench.cache.serve import StatesCollate, serve_features
+from bench.cache.serve import ServedFeatures, StatesCollate, serve_features
 from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
 from bench.clock import utc_now
 from bench.data.baselines import best_constant
@@ -99,13 +100,49 @@ def memory_estimate(cfg: DictConfig) -> dict[str, Any] | None:
         return None
 
 
-def _train(
+@dataclass
+class CellSetup:
+    """A cell ready to train: its task, data module, module and served features.
+
+    Attributes:
+        spec: The task.
+        kind: The task's type (:mod:`bench.model.task_types`).
+        datamodule: The data module, set up, serving the cached splits where the cell
+            reads the cache.
+        module: The training module (cached states plugged in where used).
+        served: What the feature cache served.
+        report: Whether the reporting splits are scored (not for a search trial).
+    """
+
+    spec: Any
+    kind: Any
+    datamodule: Any
+    module: HeadbenchModule
+    served: ServedFeatures
+    report: bool
+
+
+def prepare_cell(
     cfg: DictConfig,
-    run_dir: Path,
     result: dict[str, Any],
     report: bool,
-    tracker: CellTracker | None,
-) -> None:
+    shared: CellSetup | None = None,
+) -> CellSetup:
+    """Everything before training: seed, data module, module, cache; fills ``result``.
+
+    Args:
+        cfg: The cell's config.
+        result: The result being built (``runtime``, ``encoder_info``, ``params``,
+            ``learning_rates``, ``adaptation``, ``data``, ``cache``, ``baseline``,
+            ``best_constant`` are set here).
+        report: Whether the reporting splits are scored.
+        shared: A cell of the same lock-step group already prepared (same data settings,
+            data order, frozen encoder and cache): its data module, served features and
+            encoder are reused; this cell only builds its own head, as :func:`run` would.
+
+    Returns:
+        The prepared cell.
+    """
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     result["runtime"] = {"malloc": configure_malloc(malloc)}
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -115,21 +152,34 @@ def _train(
     kind = task_type(spec)  # everything that differs between sequence and token tasks
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
-    tokenizer = load_tokenizer(plain["encoder"])
-    datamodule = kind.datamodule(
-        tokenizer,
-        data_dir=cfg.data.dir,
-        train_size=cfg.data.train_size,
-        data_seed=int(cfg.data_seed),
-        max_length=int(cfg.data.max_length),
-        batch_size=int(cfg.data.batch_size),
-        eval_batch_size=int(cfg.data.eval_batch_size),
-        num_workers=int(cfg.data.num_workers),
-        group_by_length=cfg.data.get("group_by_length", False),
-        token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
-        selection=_selection_config(cfg),
-        order_seed=OmegaConf.select(cfg, "order_seed", default=None),
-    )
+    if shared is not None:
+        datamodule = shared.datamodule
+    else:
+        tokenizer = load_tokenizer(plain["encoder"])
+        datamodule = kind.datamodule(
+            tokenizer,
+            data_dir=cfg.data.dir,
+            train_size=cfg.data.train_size,
+            data_seed=int(cfg.data_seed),
+            max_length=int(cfg.data.max_length),
+            batch_size=int(cfg.data.batch_size),
+            eval_batch_size=int(cfg.data.eval_batch_size),
+            num_workers=int(cfg.data.num_workers),
+            group_by_length=cfg.data.get("group_by_length", False),
+            token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
+            selection=_selection_config(cfg),
+            order_seed=OmegaConf.select(cfg, "order_seed", default=None),
+        )
+    frozen_encoder = None
+    first = shared.module if shared is not None else None
+    if (
+        first is not None
+        and not first.encoder_drew_random
+        and plain["head"].get("init") != "pretrained"
+    ):
+        # the group's frozen encoder; loading another copy would draw nothing either (a
+        # pretrained-pooler head reads the pooler the first module removed: its own copy)
+        frozen_encoder = (first.encoder, first.encoder_info)
     module = HeadbenchModule(
         encoder=plain["encoder"],
         head=plain["head"],
@@ -139,6 +189,7 @@ def _train(
         dev_names=datamodule.eval_names,
         # a search trial is never scored on a reporting split: it only selects
         report_names=datamodule.report_names if report else [],
+        frozen_encoder=frozen_encoder,
     )
     info = module.encoder_info
     check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
@@ -148,17 +199,22 @@ def _train(
     result["adaptation"] = module.adaptation.record
     # What packing (bench/run/packing.py) assumes this cell needs, beside its measured peak.
     result["memory_estimate"] = memory_estimate(cfg)
-    datamodule.setup("fit")
+    if shared is None:
+        datamodule.setup("fit")
     assert datamodule.train is not None
     result["data"] = {
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
         "order_seed": datamodule.order_seed,  # None: the batch order came from `seed`
     }
-    served = serve_features(module, datamodule, plain.get("cache"))
+    if shared is None:
+        served = serve_features(module, datamodule, plain.get("cache"))
+        if served.plan is not None:  # frozen layers are read from the cache, not recomputed
+            datamodule.use_splits(served.splits, StatesCollate)
+    else:
+        served = shared.served
     result["cache"] = served.record
-    if served.plan is not None:  # frozen layers are read from the cache, not recomputed
-        datamodule.use_splits(served.splits, StatesCollate)
+    if served.plan is not None:
         module.use_cached_states(served.plan)
     reporting = datamodule.dev_names if report else []
     result["baseline"] = {
@@ -168,6 +224,19 @@ def _train(
     result["best_constant"] = {
         name: best_constant(spec, datamodule.dev_labels[name]) for name in reporting
     }
+    return CellSetup(spec, kind, datamodule, module, served, report)
+
+
+def _train(
+    cfg: DictConfig,
+    run_dir: Path,
+    result: dict[str, Any],
+    report: bool,
+    tracker: CellTracker | None,
+) -> None:
+    setup = prepare_cell(cfg, result, report)
+    module, datamodule = setup.module, setup.datamodule
+    malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
@@ -194,6 +263,22 @@ def _train(
         # trainable parameters at the start and at every change; params: the maximum
         result["trainable_params_history"] = module.adaptation.trainable_history
         result["params"] = module.parameter_counts()
+    conclude_cell(cfg, run_dir, result, setup)
+
+
+def conclude_cell(cfg: DictConfig, run_dir: Path, result: dict[str, Any], setup: CellSetup) -> None:
+    """After training: the selection record, the best epoch's scores, predictions written.
+
+    Args:
+        cfg: The cell's config.
+        run_dir: Where predictions are written.
+        result: The result being built (``selection``, ``best``, ``predictions_summary``,
+            ``degenerate`` are set here).
+        setup: The trained cell (its module holds ``best`` and, with reporting splits
+            scored on the best epoch, ``report``).
+    """
+    module, datamodule, spec, kind = setup.module, setup.datamodule, setup.spec, setup.kind
+    report = setup.report
     assert module.best is not None, "no validation epoch ran"
     selection = _selection_config(cfg)
     result["selection"] = _selection_record(selection, datamodule, module.best, int(cfg.data_seed))
@@ -259,18 +344,7 @@ def run(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    result: dict[str, Any] = {
-        "schema": RESULT_SCHEMA,
-        "cell": cell_of(cfg),
-        "cell_path": cell_path(cfg),
-        "status": "running",
-        "reason": None,
-        "config_hash": cell_hash or config_hash(cfg),
-        "hash_recipe": HASH_RECIPE,
-        "main_metric": _main_metric(cfg),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        **(extra or {}),
-    }
+    result = new_result(cfg, cell_hash=cell_hash, extra=extra)
     tracker: CellTracker | None = None
     try:
         if failure is None:
@@ -282,19 +356,81 @@ def run(
             raise SearchFailed(failure)
         _train(cfg, run_dir, result, report, tracker)
         result["status"] = "ok"
-    except DivergedError as err:
-        result.update(status="diverged", reason=str(err), diverged_step=err.step)
-        log.error("cell %s diverged: %s", cell_path(cfg), err)
     except Exception as err:  # a failing cell is recorded, never fatal to the sweep
-        writes = {"run_dir": run_dir, "cache": cache_dir(_cache_config(cfg), "features")}
-        result.update(status="failed", reason=failure_reason(err, writes))
-        result["retryable"] = is_environmental(err)  # retried by the next launch
-        result["traceback"] = traceback.format_exc()
-        log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
+        record_failure(cfg, run_dir, result, err)
     except BaseException:  # interrupted: the tracker's run ends as killed, the interrupt goes on
         if tracker is not None:
             tracker.abort()
         raise
+    return finish_result(run_dir, result, started, result_file, tracker)
+
+
+def new_result(
+    cfg: DictConfig, *, cell_hash: str | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The start of a cell's result: identity, config and hash, status ``running``.
+
+    Args:
+        cfg: The cell's config.
+        cell_hash: The config hash to record, when ``cfg`` is not the cell's own config.
+        extra: Fields added to the result.
+
+    Returns:
+        The result dict, filled in by training and :func:`finish_result`.
+    """
+    return {
+        "schema": RESULT_SCHEMA,
+        "cell": cell_of(cfg),
+        "cell_path": cell_path(cfg),
+        "status": "running",
+        "reason": None,
+        "config_hash": cell_hash or config_hash(cfg),
+        "hash_recipe": HASH_RECIPE,
+        "main_metric": _main_metric(cfg),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        **(extra or {}),
+    }
+
+
+def record_failure(cfg: DictConfig, run_dir: Path, result: dict[str, Any], err: Exception) -> None:
+    """Record why a cell stopped: ``diverged`` (non-finite loss) or ``failed`` with its reason.
+
+    Args:
+        cfg: The cell's config.
+        run_dir: The cell's directory (named in the reason when it cannot be written).
+        result: The result being built.
+        err: What stopped the cell (called from its ``except`` block: the traceback is kept).
+    """
+    if isinstance(err, DivergedError):
+        result.update(status="diverged", reason=str(err), diverged_step=err.step)
+        log.error("cell %s diverged: %s", cell_path(cfg), err)
+        return
+    writes = {"run_dir": run_dir, "cache": cache_dir(_cache_config(cfg), "features")}
+    result.update(status="failed", reason=failure_reason(err, writes))
+    result["retryable"] = is_environmental(err)  # retried by the next launch
+    result["traceback"] = traceback.format_exc()
+    log.error("cell %s failed: %s", cell_path(cfg), result["reason"])
+
+
+def finish_result(
+    run_dir: Path,
+    result: dict[str, Any],
+    started: float,
+    result_file: str = RESULT_FILE,
+    tracker: CellTracker | None = None,
+) -> dict[str, Any]:
+    """Add wall time and provenance, tell the tracker, write the result atomically.
+
+    Args:
+        run_dir: The cell's directory.
+        result: The result (``status`` set).
+        started: ``time.perf_counter()`` when the cell started.
+        result_file: The file written in ``run_dir``.
+        tracker: The cell's tracker run, if any.
+
+    Returns:
+        The result as written.
+    """
     result["wall_time_s"] = time.perf_counter() - started
     result["finished_at"] = utc_now()
     result["peak_memory"] = provenance.peak_memory()

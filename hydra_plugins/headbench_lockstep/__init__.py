@@ -1,0 +1,1 @@
+"""headbench's Hydra launcher plugin: ``hydra/launcher=lockstep`` (bench.run.lockstep)."""
