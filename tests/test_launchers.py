@@ -141,7 +141,9 @@ def test_two_concurrent_jobs_needing_one_cache_entry_run_the_encoder_once(sweeps
 def test_every_launcher_preset_has_a_plugin_entry_and_composes(compose_cfg):
     presets = sorted(p.stem for p in (ROOT / "conf" / "hydra" / "launcher").glob("*.yaml"))
     assert (
-        presets == sorted(LAUNCHER_PLUGINS) == ["joblib", "ray", "submitit_local", "submitit_slurm"]
+        presets
+        == sorted(LAUNCHER_PLUGINS)
+        == ["gpu_pack", "joblib", "ray", "submitit_local", "submitit_slurm"]
     )
     cfg = compose_cfg(
         "seed=1",

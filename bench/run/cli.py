@@ -247,6 +247,7 @@ def _logger_problem(args: list[str]) -> str | None:
 #: The launcher presets in conf/hydra/launcher/: the plugin module each needs and its extra.
 LAUNCHER_PLUGINS = {
     "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
+    "gpu_pack": ("hydra_plugins.hydra_joblib_launcher", "joblib"),  # joblib, one GPU
     "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
     "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "slurm"),
     "ray": ("hydra_plugins.hydra_ray_launcher", "ray"),
