@@ -221,12 +221,12 @@ def test_bad_input_names_the_path_and_the_valid_choices(tmp_path, capsys):
     assert "the check never writes there" in capsys.readouterr().err
     assert not (EXPERIMENT / "check").exists()
 
-    linear = Slice("linear", tasks=("sst2",), heads=("linear",), seeds=(1,))
+    layer3 = Slice("linear-L3", tasks=("sst2",), heads=("linear-L3",), seeds=(1,))
     with pytest.raises(DataError) as err_:
-        committed_cells(EXPERIMENT, linear)
+        committed_cells(EXPERIMENT, layer3)
     message = str(err_.value)
-    assert "runs/sst2/minilm/linear/frozen/seed=1: not committed: no head 'linear'" in message
-    assert "committed there: bilstm, last4_concat, mean_linear, pooler-random" in message
+    assert "runs/sst2/minilm/linear-L3/frozen/seed=1: not committed: no head 'linear-L3'" in message
+    assert "committed there: bilstm, last4_concat, linear, mean_linear, pooler-random" in message
 
     eleven = Slice("seed 11", tasks=("sst2",), heads=("mean_linear",), seeds=(11,))
     with pytest.raises(DataError, match=r"no seed 'seed=11' .* seed=1, seed=10, seed=2"):

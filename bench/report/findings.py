@@ -154,7 +154,7 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
     text = (
         "Learning curves (dev, leading head by mean at each training size): "
         + "; ".join(curves)
-        + f". The lead changes hands {changes_text(leaders)}"
+        + f". The lead {changes_text(leaders)}"
         + (
             " (the new leader ahead of the previous one at that size: paired t-test over "
             "seeds, Holm over each curve's leader comparisons)"

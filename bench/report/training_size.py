@@ -139,7 +139,7 @@ def training_size_section(ctx: ReportContext) -> Section | None:
             "changes, the change is called significant only when the new leader is "
             "significantly ahead of the previous one at that size (paired t-test over "
             "seeds, Holm over every comparison of the curve: at each size, the leader "
-            f"against each other head, α = {stats.ALPHA}). Here the lead changes hands "
+            f"against each other head, α = {stats.ALPHA}). Here the lead "
             f"{changes_text(leaders)}."
         )
     ]

@@ -354,13 +354,15 @@ def changes_text(leaders: pd.DataFrame) -> str:
         leaders: :func:`curve_leaders` rows.
 
     Returns:
-        ``never``, ``once, 1 of 1 significantly``, ``3 times, 0 of 3 significantly``.
+        What follows "the lead": ``never changes hands``, ``changes hands once, 1 of 1
+        significantly``, ``changes hands 3 times, 0 of 3 significantly``.
     """
     n = int(leaders["changed"].astype(bool).sum()) if not leaders.empty else 0
     if n == 0:
-        return "never"
+        return "never changes hands"
     sure = int(leaders["change_significant"].astype(bool).sum())
-    return f"{ {1: 'once', 2: 'twice'}.get(n, f'{n} times') }, {sure} of {n} significantly"
+    times = {1: "once", 2: "twice"}.get(n, f"{n} times")
+    return f"changes hands {times}, {sure} of {n} significantly"
 
 
 def change_verdict(row: pd.Series) -> str:
