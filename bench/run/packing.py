@@ -195,6 +195,11 @@ def pack_size(largest: int, available: int, headroom: float = DEFAULT_HEADROOM) 
     return int(headroom * available // largest)
 
 
+def largest_cell(estimates: dict[str, MemoryEstimate]) -> tuple[str, MemoryEstimate]:
+    """The cell with the largest estimate and its estimate (``estimates`` not empty)."""
+    return max(estimates.items(), key=lambda kv: kv[1].total)
+
+
 def check_pack(
     requested: object,
     estimates: dict[str, MemoryEstimate],
@@ -222,7 +227,7 @@ def check_pack(
         raise ConfigError(f"runtime.cells_per_gpu={requested!r}: must be a positive integer")
     if not estimates:
         return requested
-    name, largest = max(estimates.items(), key=lambda kv: kv[1].total)
+    name, largest = largest_cell(estimates)
     fits = pack_size(largest.total, available, headroom)
     if requested > fits:
         budget = f"{headroom:.0%} of {available / _GIB:.1f} GiB"
@@ -298,7 +303,7 @@ def pack_line(requested: object, estimates: dict[str, MemoryEstimate], available
     """One line for ``--dry-run``: the largest estimate and how many cells fit."""
     if not estimates:
         return f"packing: {requested} cells per GPU; no cell to train"
-    name, largest = max(estimates.items(), key=lambda kv: kv[1].total)
+    name, largest = largest_cell(estimates)
     fits = pack_size(largest.total, available)
     return (
         f"packing: {requested} cells per GPU asked, at most {fits} fit "
