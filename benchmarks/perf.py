@@ -53,6 +53,7 @@ import torch
 from bench.atomic import atomic_write_json
 from bench.axes.resolvers import register as register_resolvers
 from bench.paths import config_dir
+from bench.run.gpu_sampler import GpuSampler
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +74,10 @@ _SHORT = {
     "hf_trainer": "hf",
     "hf_trainer_tuned": "hf+malloc",
 }
+#: Every benchmark cell scores dev after each epoch, as the HF Trainer side does, so both
+#: sides train on the same examples and report the same split (speed, not the protocol:
+#: the reference experiments select on a slice carved from train).
+SPEED_ONLY = ("selection=dev",)
 #: Grid paths and their ``cache.dtype`` (None: cache disabled).
 GRID_PATHS = {"uncached": None, "cached": "float16", "cached_fp32": "float32"}
 
@@ -127,16 +132,19 @@ def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     cfgs = [_compose(_lockstep_overrides(args, h, s, work / "cache")) for h, s in cells]
     run(cfgs[0], work / "warm")  # fills the feature cache: both sides read it warm
     started = time.perf_counter()
-    alone = [run(cfg, work / "alone" / str(i)) for i, cfg in enumerate(cfgs)]
+    with GpuSampler() as alone_gpu:
+        alone = [run(cfg, work / "alone" / str(i)) for i, cfg in enumerate(cfgs)]
     alone_s = time.perf_counter() - started
     groups, single = group_cells(cfgs)
     started = time.perf_counter()
     together: dict[int, dict[str, Any]] = {}
-    for members in groups:
-        dirs = [work / "lockstep" / str(i) for i in members]
-        together.update(zip(members, train_group([cfgs[i] for i in members], dirs), strict=True))
-    for i in single:
-        together[i] = run(cfgs[i], work / "lockstep" / str(i))
+    with GpuSampler() as lockstep_gpu:
+        for members in groups:
+            dirs = [work / "lockstep" / str(i) for i in members]
+            trained = train_group([cfgs[i] for i in members], dirs)
+            together.update(zip(members, trained, strict=True))
+        for i in single:
+            together[i] = run(cfgs[i], work / "lockstep" / str(i))
     lockstep_s = time.perf_counter() - started
     loops = {}
     for members in groups:
@@ -162,6 +170,8 @@ def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
             "threads": args.grid_threads,
         },
         "groups": [len(m) for m in groups],
+        "trained_alone": sorted(set(single.values())),
+        "cells_trained_alone": len(single),
         "alone_s": alone_s,
         "lockstep_s": lockstep_s,
         "ratio": alone_s / lockstep_s,
@@ -169,6 +179,7 @@ def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
         "one_cell_examples_per_s": one,
         "lockstep_head_examples_per_s": head_examples / loop_s if loop_s else None,
         "cells_differing": sum(not _same_cell(alone[i], together[i]) for i in range(len(cfgs))),
+        "gpu_utilisation": {"alone": alone_gpu.summary(), "lockstep": lockstep_gpu.summary()},
     }
     save()
 
@@ -196,6 +207,7 @@ def _grid_overrides(
         "data.group_by_length=true",
         f"trainer.max_epochs={args.epochs}",
         "trainer.log_every_n_steps=50",
+        *SPEED_ONLY,
         *[f"cache.{k}={v}" for k, v in cache.items()],
     ]
 
@@ -204,7 +216,8 @@ def _run_cell(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     from bench.run.train import run
 
     started = time.perf_counter()
-    result = run(_compose(overrides), run_dir)
+    with GpuSampler() as sampler:
+        result = run(_compose(overrides), run_dir)
     return {
         "status": result["status"],
         "reason": result.get("reason"),
@@ -212,6 +225,7 @@ def _run_cell(overrides: list[str], run_dir: Path) -> dict[str, Any]:
         "dev_accuracy": _dev_accuracy(result),
         "cache": result.get("cache"),
         "throughput": result.get("throughput"),
+        "gpu_utilisation": sampler.summary(),
     }
 
 
@@ -363,6 +377,7 @@ def _finetune_overrides(args: argparse.Namespace, grouping: str = "true") -> lis
         f"data.group_by_length={grouping}",
         f"trainer.max_epochs={args.ft_epochs}",
         "trainer.log_every_n_steps=50",
+        *SPEED_ONLY,
         "optim.head_lr=${optim.encoder_lr}",  # one learning rate, as the HF Trainer uses
         "optim.fused=true",  # fused AdamW, as the HF Trainer's default optimizer
     ]
@@ -638,8 +653,13 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     for i, name in enumerate(order):
         if i < len(runs):
             continue
-        run = _finetune_run_in_fresh_process(args, name, work / f"{name}-{i}")
-        run.update(framework=name, load_avg_1min=os.getloadavg()[0])
+        with GpuSampler() as sampler:  # the whole run, its fresh process's start included
+            run = _finetune_run_in_fresh_process(args, name, work / f"{name}-{i}")
+        run.update(
+            framework=name,
+            load_avg_1min=os.getloadavg()[0],
+            gpu_utilisation=sampler.summary(),
+        )
         run["flops"] = training_flops(args, run["throughput"])
         runs.append(run)
         tp = run["throughput"]
@@ -906,7 +926,52 @@ def table(state: dict[str, Any]) -> str:
     if summary:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
     lines += _lockstep_table(state.get("lockstep") or {})
+    lines += gpu_table(state)
     return "\n".join(lines)
+
+
+def _mean_util(records: list[dict[str, Any]]) -> float | None:
+    """Median over runs of each run's mean utilisation; None when none was sampled."""
+    values = [
+        r["gpu_utilisation"]["util_mean"]
+        for r in records
+        if "util_mean" in (r.get("gpu_utilisation") or {})
+    ]
+    return _median(values) if values else None
+
+
+def gpu_table(state: dict[str, Any]) -> list[str]:
+    """GPU utilisation (``nvidia-smi``) of every measured part; nothing on a CPU.
+
+    Each row is the median over the part's runs of a run's mean ``utilization.gpu``.
+    """
+    rows: list[tuple[str, float]] = []
+    grid = state.get("grid") or {}
+    for path in GRID_PATHS:
+        util = _mean_util(grid.get(path) or [])
+        if util is not None:
+            rows.append((f"frozen grid, {path}", util))
+    runs = (state.get("finetune") or {}).get("runs") or []
+    for name in FRAMEWORKS:
+        util = _mean_util([r for r in runs if r.get("framework") == name])
+        if util is not None:
+            rows.append((f"fine-tuning, {_SHORT[name]}", util))
+    ls = (state.get("lockstep") or {}).get("gpu_utilisation") or {}
+    for side in ("alone", "lockstep"):
+        util = _mean_util([{"gpu_utilisation": ls.get(side)}])
+        if util is not None:
+            rows.append((f"lock-step part, {side}", util))
+    if not rows:
+        return []
+    return [
+        "",
+        "GPU utilisation (nvidia-smi `utilization.gpu`, sampled every 0.5 s; median over "
+        "runs of each run's mean):",
+        "",
+        "| part | utilisation |",
+        "|---|---|",
+        *[f"| {name} | {util:.0f}% |" for name, util in rows],
+    ]
 
 
 def _lockstep_table(ls: dict[str, Any]) -> list[str]:
