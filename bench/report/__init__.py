@@ -5,7 +5,8 @@ end of every multirun, the collecting callback (``report_file`` in the config). 
 headline verdicts, heads × freezing, learning curves by training size (only when a setting
 ran at several training sizes), seed spread, cost vs score, layer analysis, learning
 curves per epoch, calibration (only when the predictions carry class probabilities),
-variance sources (only when seeds are crossed with order seeds), provenance; sections
+variance sources (only when seeds are crossed with order seeds), the self-check (only
+when the results directory holds a committed ``selfcheck.json``), provenance; sections
 are numbered by position. Figures are embedded SVG; there is no JavaScript.
 """
 
@@ -30,6 +31,7 @@ from bench.report.sections import (
     layer_section,
     spread_section,
 )
+from bench.report.selfcheck import selfcheck_section
 from bench.report.training_size import training_size_section
 from bench.report.variance import variance_section
 
@@ -44,6 +46,7 @@ SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     curves_section,
     calibration_section,
     variance_section,
+    selfcheck_section,
     provenance_section,
 )
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.errors import HeadbenchError
 from bench.report import build_report
 
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else Path("reports") / f"{Path(args.source).name}.html"
     try:
         path = build_report(args.source, out, args.title)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, HeadbenchError) as err:  # names the file and what is wrong
         sys.exit(f"error: {err}")
     print(f"wrote {path}")
 

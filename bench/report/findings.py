@@ -22,6 +22,7 @@ from bench.report.context import build_context, points, pvalue, short_metric
 from bench.report.headline import headline_comparisons, headline_frame, tested_phrase
 from bench.report.inputs import load_inputs
 from bench.report.readme import what_ran
+from bench.report.selfcheck import selfcheck_sentence
 from bench.report.style import task_title
 from bench.report.variance import variance_sentence
 from bench.results.calibration import (
@@ -97,6 +98,9 @@ def experiment_finding(source: Path) -> str:
     variance = variance_sentence(ctx.inputs.table)
     if variance is not None:  # only studies that cross seeds with order seeds
         text += f" {variance}"
+    selfcheck = selfcheck_sentence(ctx.inputs.selfcheck, ctx.inputs.table)
+    if selfcheck is not None:  # only results with a committed selfcheck.json
+        text += f" {selfcheck}"
     return text + "\n"
 
 

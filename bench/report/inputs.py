@@ -2,7 +2,8 @@
 
 A report is built from a results directory written by :mod:`bench.results.collect`
 (``results.parquet``/``.csv`` + ``history.csv``, ``cells.json``, ``launches.jsonl``) or
-straight from a multirun directory of ``result.json`` files.
+straight from a multirun directory of ``result.json`` files. A results directory may also
+hold the record of a self-check (``selfcheck.json``, :mod:`bench.results.selfcheck_record`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bench.results.run_records import (
     provenance_records,
     read_launch_log,
 )
+from bench.results.selfcheck_record import read_record
 from bench.results.trials import TRIALS_TABLE_COLUMNS, read_trials, trials_table
 
 
@@ -47,6 +49,8 @@ class ReportInputs:
             (:data:`bench.results.predictions.PREDICTION_COLUMNS`); empty when none.
         trials: One row per search trial (:data:`bench.results.trials.TRIALS_TABLE_COLUMNS`);
             empty when the sweep ran no search.
+        selfcheck: The committed self-check record beside the results table
+            (:func:`bench.results.selfcheck_record.read_record`), or None.
     """
 
     source: str
@@ -58,6 +62,7 @@ class ReportInputs:
     refs: pd.DataFrame = field(default_factory=load_references)
     trials: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRIALS_TABLE_COLUMNS))
     predictions: pd.DataFrame = field(default_factory=lambda: predictions_table([]))
+    selfcheck: dict[str, Any] | None = None
 
 
 def load_inputs(path: str | Path) -> ReportInputs:
@@ -73,6 +78,7 @@ def load_inputs(path: str | Path) -> ReportInputs:
     Raises:
         FileNotFoundError: If ``path`` does not exist or holds neither a results table
             nor any result file.
+        DataError: If the results directory's ``selfcheck.json`` is not a self-check record.
     """
     path = Path(path)
     if not path.exists():
@@ -93,6 +99,7 @@ def load_inputs(path: str | Path) -> ReportInputs:
             problems=_unhashed(cells, cells_file),
             trials=read_trials(folder),
             predictions=read_predictions(folder),
+            selfcheck=read_record(folder),
         )
     results, problems = read_results([path])
     if not results and not problems:

@@ -204,7 +204,7 @@ class Reproduction:
     def verdict(self) -> str:
         """One line: reproduced or not, how many cells are identical, and what moved."""
         n = len(self.cells)
-        methods = sorted({_method_name(m) for m in self.settings["ci_method"]} - {""})
+        methods = sorted({interval_name(m) for m in self.settings["ci_method"]} - {""})
         within = " and ".join(["t", *methods])
         level = f"{CONFIDENCE:.0%}"
         if not self.ok:
@@ -242,7 +242,7 @@ class Reproduction:
                     _number(row["committed"], 6),
                     _number(row["today"], 6) if ok else str(row["status"]),
                     "identical" if row["identical"] else _signed(row["diff"], 6),
-                    _changed(row["changed"], row["n_predictions"], row["score_diff"]),
+                    changed_text(row["changed"], row["n_predictions"], row["score_diff"]),
                 ]
             )
         settings = Table(
@@ -282,7 +282,7 @@ class Reproduction:
                     f"{_number(row['slice_committed_mean'], 4)} → "
                     f"{_number(row['slice_today_mean'], 4)}",
                     f"{_number(row['today_mean'], 4)} ({_signed(row['shift'], 4)})",
-                    _within(row),
+                    within_text(row),
                 ]
             )
         return [cells, settings]
@@ -436,16 +436,27 @@ def _interval(low: float, high: float) -> str:
     return f"[{_number(low, 4)}, {_number(high, 4)}]"
 
 
-def _changed(changed: float, n: float, score_diff: float) -> str:
+def changed_text(changed: float | None, n: float | None, score_diff: float | None) -> str:
+    """A cell's changed predictions as text: ``57 of 872``, with a score's largest move.
+
+    Args:
+        changed: How many predictions changed (NaN or None: unknown).
+        n: How many predictions the re-run cell made (NaN or None: none read).
+        score_diff: A regression task's largest score difference (NaN or None otherwise).
+
+    Returns:
+        ``—`` without predictions, ``n/a of N`` when the committed ones are unknown.
+    """
     if n is None or math.isnan(n):
         return "—"
     if changed is None or math.isnan(changed):
         return f"n/a of {int(n)}"
-    scores = "" if math.isnan(score_diff) else f" (scores: max |Δ| {score_diff:.1e})"
+    moved = score_diff is not None and not math.isnan(score_diff)
+    scores = f" (scores: max |Δ| {score_diff:.1e})" if moved else ""
     return f"{int(changed)} of {int(n)}{scores}"
 
 
-def _method_name(method: str) -> str:
+def interval_name(method: str) -> str:
     """How a bootstrap interval is named in the verdict ("" when there is none)."""
     return {"none": "", "constant": "bootstrap"}.get(method, method)
 
@@ -456,10 +467,18 @@ def _bootstrap(row: pd.Series) -> str:
     return f"{_interval(row['ci_low'], row['ci_high'])} {row['ci_method']}"
 
 
-def _within(row: pd.Series) -> str:
+def within_text(row: pd.Series | dict[str, Any]) -> str:
+    """Whether a setting's mean today is within its intervals: ``t yes, BCa yes``.
+
+    Args:
+        row: A :attr:`Reproduction.settings` row (or its record, :meth:`Reproduction.records`).
+
+    Returns:
+        The text; ``seed 3 failed`` when a re-run seed failed.
+    """
     if row["failed_seeds"]:
         return f"seed {seed_text(list(row['failed_seeds']))} failed"
     parts = [f"t {'yes' if row['in_t'] else 'NO'}"]
     if row["in_ci"] is not None:
-        parts.append(f"{_method_name(row['ci_method'])} {'yes' if row['in_ci'] else 'NO'}")
+        parts.append(f"{interval_name(row['ci_method'])} {'yes' if row['in_ci'] else 'NO'}")
     return ", ".join(parts)

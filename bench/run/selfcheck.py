@@ -53,12 +53,11 @@ from bench.results.predictions import predictions_table, read_predictions
 from bench.results.reproduction import Reproduction, compare
 from bench.results.rescore import verified
 from bench.results.result_file import load_result
+from bench.results.selfcheck_record import RECORD_FILE, version_changes
 from bench.results.stats import RUN_KEYS, run_key, run_values
 from bench.run.cli import JOB_CONFIG_DIR
 from bench.run.search import apply_values
 
-#: The file the check writes into ``--out``.
-RECORD_FILE = "selfcheck.json"
 #: The folder of the committed run directories inside an experiment directory.
 RUNS_DIR = "runs"
 #: What each level of ``runs/<task>/<encoder>/<head>/<freeze>/seed=N`` is, for messages.
@@ -360,11 +359,7 @@ def provenance_lines(record: dict[str, Any]) -> list[str]:
         Two lines of text.
     """
     committed, today = record["committed"], record["today"]
-    changed = [
-        f"{name} {'/'.join(committed['versions'].get(name, ['none']))} → {version}"
-        for name, version in today["versions"].items()
-        if committed["versions"].get(name) != [str(version)]
-    ]
+    changed = version_changes(record)
     dirty = " with uncommitted changes" if today["git"].get("dirty") else ""
     commits = ", ".join(c[:7] for c in committed["git"])
     kernels = today["hardware"].get("cpu_capability")

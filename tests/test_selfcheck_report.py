@@ -1,0 +1,297 @@
+"""The committed self-check shows in the report and in the README's Findings, truthfully.
+
+``results/fair_heads/selfcheck.json`` is the record of one ``python -m bench.run.selfcheck
+results/fair_heads`` run. Its section in the report and its Findings sentence are checked
+against values computed here from the committed ``results.csv`` with pandas and SciPy (the
+committed side) and from the record's ``today`` values (the side only the re-run knows). A
+record the results no longer match is flagged; a missing record shows nothing; a bad one
+is an error naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from bs4 import BeautifulSoup
+from scipy import stats as sps
+
+from bench.errors import DataError
+from bench.report import SECTION_BUILDERS
+from bench.report.__main__ import main as report_main
+from bench.report.context import ReportContext, build_context
+from bench.report.inputs import load_inputs
+from bench.report.provenance import provenance_section
+from bench.report.selfcheck import selfcheck_section, selfcheck_sentence
+from bench.results.collect import read_table
+from bench.results.reproduction import compare
+from bench.results.selfcheck_record import RECORD_FILE, read_record, stale_lines
+from conftest import ROOT
+
+EXPERIMENT = ROOT / "results" / "fair_heads"
+RECORD = EXPERIMENT / RECORD_FILE
+REPORT = ROOT / "reports" / "fair_heads.html"
+pytestmark = pytest.mark.skipif(not RECORD.is_file(), reason="no committed self-check record")
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    return json.loads(RECORD.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def ctx() -> ReportContext:
+    return build_context(load_inputs(EXPERIMENT))
+
+
+def _committed(task: str, freeze: str, head: str) -> pd.Series:
+    """A setting's dev main-metric values by seed, read from results.csv alone."""
+    table = pd.read_csv(EXPERIMENT / "results.csv")
+    rows = table[
+        (table["task"] == task)
+        & (table["encoder"] == "minilm")
+        & (table["freeze_label"] == freeze)
+        & (table["head_label"] == head)
+        & (table["split"] == "dev")
+        & (table["metric"] == table["main_metric"])
+        & (table["status"] == "ok")
+    ]
+    return rows.set_index("seed")["value"].astype(float).sort_index()
+
+
+def _tables(html: str) -> tuple[BeautifulSoup, list[list[list[str]]]]:
+    """The self-check section of a report page and the cells of each of its tables."""
+    section = BeautifulSoup(html, "html.parser").find("section", id="selfcheck")
+    assert section is not None, "the report has no self-check section"
+    tables = [
+        [[td.get_text() for td in tr.find_all("td")] for tr in t.find("tbody").find_all("tr")]
+        for t in section.find_all("table")
+    ]
+    return section, tables
+
+
+def _expected(record: dict) -> dict:
+    """Every number the section and the sentence show, computed here independently."""
+    cells, heads = {}, {}
+    for cell in record["cells"]:
+        committed = _committed(cell["task"], cell["freeze_label"], cell["head_label"])
+        value = committed[cell["seed"]]
+        today = float(cell["today"])
+        cells[(cell["head_label"], cell["seed"])] = (value, today, today - value)
+    for setting in record["settings"]:
+        head = setting["head_label"]
+        x = _committed(setting["task"], setting["freeze_label"], head)
+        t_low, t_high = sps.t.interval(0.95, df=x.size - 1, loc=x.mean(), scale=sps.sem(x))
+        boot = sps.bootstrap(
+            (x.to_numpy(),), np.mean, n_resamples=10_000, method="BCa", rng=np.random.default_rng(0)
+        ).confidence_interval
+        mixed = x.copy()
+        for seed in setting["seeds"]:
+            mixed[seed] = cells[(head, seed)][1]
+        today = mixed.mean()
+        heads[head] = {
+            "n": x.size,
+            "mean": x.mean(),
+            "t": (t_low, t_high),
+            "bca": (boot.low, boot.high),
+            "today": today,
+            "in_t": t_low <= today <= t_high,
+            "in_bca": boot.low <= today <= boot.high,
+        }
+    return {"cells": cells, "heads": heads}
+
+
+def _p(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def _yes(inside: bool) -> str:
+    return "yes" if inside else "NO"
+
+
+def test_the_section_shows_the_record_against_the_committed_results(record, ctx):
+    expected = _expected(record)
+    section = selfcheck_section(ctx)
+    assert section is not None and section.id == "selfcheck"
+    page, (about, cells, heads) = _tables(f'<section id="selfcheck">{section.body}</section>')
+    about = dict(about)
+    assert about["Command"] == "python -m bench.run.selfcheck results/fair_heads"
+    assert about["Code today"] == record["today"]["git"]["commit"]
+    assert about["Code of the committed cells"] == ", ".join(record["committed"]["git"])
+    assert about["CPU kernels today"].startswith(record["today"]["hardware"]["cpu_capability"])
+    assert about["Finished at"] == record["finished_at"]
+    assert record["verdict"] in page.get_text()
+
+    assert len(cells) == len(expected["cells"]) == 6
+    for row in cells:
+        path, metric, committed, today, delta, _changed = row
+        head, seed = path.split("/")[2], int(path.rsplit("=", 1)[1])
+        value, now, diff = expected["cells"][(head, seed)]
+        assert (metric, committed, today) == ("acc", _p(value), _p(now)), path
+        assert delta == ("identical" if abs(diff) <= 1e-6 else f"{100 * diff:+.2f}"), path
+
+    assert len(heads) == len(expected["heads"]) == 2
+    for row in heads:
+        head = row[0].split("/")[2]
+        want = expected["heads"][head]
+        assert row[2] == str(want["n"]) == "10"
+        assert row[3] == _p(want["mean"])
+        assert row[4] == f"{_p(want['t'][0])} to {_p(want['t'][1])}"
+        assert row[5] == f"{_p(want['bca'][0])} to {_p(want['bca'][1])} (BCa)"
+        assert row[8] == f"{_p(want['today'])} ({100 * (want['today'] - want['mean']):+.2f})"
+        assert row[9] == f"t {_yes(want['in_t'])}, BCa {_yes(want['in_bca'])}"
+
+
+def test_the_sentence_says_what_an_independent_count_says(record, ctx):
+    expected = _expected(record)
+    diffs = {key: d for key, (_, _, d) in expected["cells"].items()}
+    identical = sum(abs(d) <= 1e-6 for d in diffs.values())
+    (head, seed), largest = max(diffs.items(), key=lambda item: abs(item[1]))
+    sentence = selfcheck_sentence(ctx.inputs.selfcheck, ctx.inputs.table)
+    assert sentence is not None
+    assert sentence.startswith(
+        "Self-check (`python -m bench.run.selfcheck results/fair_heads`, "
+        f"{record['finished_at'][:10]} at `{record['today']['git']['commit'][:7]}`"
+    )
+    assert f": {identical} of {len(diffs)} re-trained cells identical" in sentence
+    assert (
+        f"the largest move {100 * largest:+.2f} acc points (SST-2 frozen `{head}` seed {seed}"
+        in sentence
+    )
+    every = all(h["in_t"] and h["in_bca"] for h in expected["heads"].values())
+    assert every == (
+        "every head's mean (2 heads) stays within its committed 95% t and BCa intervals" in sentence
+    )
+    shift = max(abs(h["today"] - h["mean"]) for h in expected["heads"].values())
+    assert f"(largest shift {100 * shift:.2f} points)." in sentence
+    assert "changed since" not in sentence  # the record matches the committed results
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert sentence in readme
+
+
+def test_the_committed_report_shows_the_committed_record(record, ctx):
+    section = selfcheck_section(ctx)
+    assert section is not None
+    _, now = _tables(f'<section id="selfcheck">{section.body}</section>')
+    page, committed = _tables(REPORT.read_text(encoding="utf-8"))
+    assert committed == now  # the committed page is the record's, every cell and head
+    assert record["verdict"] in page.get_text()
+    # the section sits before provenance, after every analysis section
+    assert (
+        SECTION_BUILDERS.index(selfcheck_section) == SECTION_BUILDERS.index(provenance_section) - 1
+    )
+
+
+def _copy(tmp_path: Path, record: dict | str | None) -> Path:
+    """The committed results table in a fresh directory, with ``record`` as its selfcheck.json."""
+    folder = tmp_path / "fair_heads"
+    folder.mkdir()
+    shutil.copy(EXPERIMENT / "results.csv", folder / "results.csv")
+    if record is not None:
+        text = record if isinstance(record, str) else json.dumps(record)
+        (folder / RECORD_FILE).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_a_record_the_results_no_longer_match_is_flagged(tmp_path, record):
+    folder = _copy(tmp_path, record)
+    table = pd.read_csv(folder / "results.csv")
+    row = (
+        (table["task"] == "sst2")
+        & (table["freeze_label"] == "frozen")
+        & (table["head_label"] == "mean_linear")
+        & (table["seed"] == 2)
+        & (table["split"] == "dev")
+        & (table["metric"] == "accuracy")
+    )
+    assert row.sum() == 1
+    table.loc[row, "value"] += 1 / 872  # a cell committed again after the check
+    table.to_csv(folder / "results.csv", index=False)
+    inputs = load_inputs(folder)
+    lines = stale_lines(inputs.selfcheck, inputs.table)
+    assert lines[0].startswith("sst2/minilm/mean_linear/frozen/seed=2: committed 0.802752")
+    assert lines[1] == (
+        "sst2/minilm/mean_linear/frozen: committed_mean, t_low, t_high, ci_low, ci_high "
+        "changed since the check"
+    )
+    assert len(lines) == 2
+    sentence = selfcheck_sentence(inputs.selfcheck, inputs.table)
+    assert sentence is not None
+    assert sentence.endswith(
+        "The committed results have changed since it ran (2 values differ): re-run it."
+    )
+    section = selfcheck_section(build_context(inputs))
+    assert section is not None and "have changed since this check ran" in section.body
+
+
+def test_a_head_that_moved_out_of_its_interval_is_not_reproduced(record):
+    committed = read_table(EXPERIMENT)
+    cells = committed[
+        (committed["task"] == "sst2")
+        & (committed["freeze_label"] == "frozen")
+        & committed["head_label"].isin(["mean_linear", "last4_concat"])
+        & committed["seed"].isin([1, 2, 3])
+    ].copy()
+    moved = (cells["head_label"] == "last4_concat") & (cells["split"] == "dev")
+    cells.loc[moved, "value"] -= 0.05  # three seeds 5 points lower: the mean leaves both
+    moved_record = {**record, **compare(committed, cells).records()}
+    sentence = selfcheck_sentence(moved_record, committed)
+    assert sentence is not None
+    assert ": 3 of 6 re-trained cells identical, the largest move -5.00 acc points" in sentence
+    assert sentence.endswith(
+        "NOT REPRODUCED: 1 of 2 heads' means stay within their committed 95% t and BCa "
+        "intervals, not SST-2 frozen `last4_concat` (t NO, BCa NO)."
+    )
+
+
+def test_without_a_record_there_is_no_section_and_no_sentence(tmp_path):
+    folder = _copy(tmp_path, None)
+    inputs = load_inputs(folder)
+    assert inputs.selfcheck is None and read_record(folder) is None
+    assert selfcheck_section(build_context(inputs)) is None
+    assert selfcheck_sentence(inputs.selfcheck, inputs.table) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: "{not json", r"not JSON \(Expecting property name"),
+        (lambda r: [r], "not a JSON object"),
+        (
+            lambda r: {k: v for k, v in r.items() if k != "verdict"},
+            "not a self-check record: no verdict",
+        ),
+        (lambda r: {**r, "cells": []}, "'cells' must be a non-empty list"),
+        (
+            lambda r: {**r, "cells": [{k: v for k, v in r["cells"][0].items() if k != "today"}]},
+            r"cells\[0\] lacks today",
+        ),
+        (
+            lambda r: {**r, "cells": [{**r["cells"][0], "committed": "0.71"}]},
+            r"cells\[0\]\.committed is '0\.71', not a number",
+        ),
+    ],
+)
+def test_a_bad_record_is_an_error_naming_the_file(tmp_path, record, change, message, capsys):
+    folder = _copy(tmp_path, None)
+    bad = change(json.loads(json.dumps(record)))
+    (folder / RECORD_FILE).write_text(bad if isinstance(bad, str) else json.dumps(bad))
+    path = str(folder / RECORD_FILE)
+    with pytest.raises(DataError, match=message) as err:
+        load_inputs(folder)
+    assert str(err.value).startswith(f"{path}: ")
+    assert "python -m bench.run.selfcheck" in str(err.value)  # how to write it again
+    with pytest.raises(SystemExit) as exit_:
+        report_main([str(folder), "-o", str(tmp_path / "report.html")])
+    assert str(exit_.value.code).startswith(f"error: {path}: ")
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_a_record_in_a_results_copy_reads_as_committed(tmp_path, record):
+    folder = _copy(tmp_path, record)
+    assert read_record(folder) == record
+    assert stale_lines(record, load_inputs(folder).table) == []
