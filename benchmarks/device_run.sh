@@ -147,7 +147,7 @@ perf)
 import json, sys
 
 state = json.load(open(sys.argv[1]))
-grid = {k: len(v) for k, v in (state.get("grid") or {}).items() if isinstance(v, list)}
+grid = {k: len(v) for k, v in (state.get("grid") or {}).items() if k.startswith(("unc", "cac"))}
 ft = state.get("finetune") or {}
 print("saved:", sys.argv[1], "| device:", (state.get("machine") or {}).get("device"))
 print(f"  grid cells per path {grid}; fine-tuning runs {len(ft.get('runs') or [])} of "
