@@ -4,18 +4,22 @@ A byte-order mark at the start of a file (Windows editors write one) is dropped,
 never glued to the first token, header or JSON value. :func:`read_lines` serves the data
 files (GLUE TSV, CoNLL): line ends are ``\n`` or ``\r\n``; a byte that is not UTF-8 is a
 :class:`~bench.errors.DataError` naming the file and line. :func:`read_text` serves the
-records beside the results (``cells.json``, ``launches.jsonl``). CSV tables are read by
+records beside the results (``cells.json``, ``launches.jsonl``) and the prediction files,
+decompressing a file named ``*.gz``. CSV tables are read by
 pandas, whose parser drops a leading BOM itself. Torch-free: ``results`` imports it.
 """
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench.errors import DataError
 
 BOM = "\ufeff"
+#: A file named ``*.gz`` is gzip-compressed UTF-8 text (committed prediction files are).
+GZIP_SUFFIX = ".gz"
 
 
 def drop_bom(text: str) -> str:
@@ -27,7 +31,7 @@ def read_text(path: Path, errors: str = "strict") -> str:
     """The whole of a UTF-8 text file, without a leading byte-order mark.
 
     Args:
-        path: The file.
+        path: The file; one named ``*.gz`` is decompressed first.
         errors: How to treat a byte that is not UTF-8: ``"strict"`` raises, ``"replace"``
             puts U+FFFD in its place (for logs whose damaged lines are skipped anyway).
 
@@ -36,10 +40,16 @@ def read_text(path: Path, errors: str = "strict") -> str:
 
     Raises:
         DataError: With ``errors="strict"``, if the file is not valid UTF-8 (names the file
-            and byte).
+            and byte); for a ``*.gz`` file that is not gzip (names the file).
     """
+    data = path.read_bytes()
+    if path.suffix == GZIP_SUFFIX:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise DataError(f"{path}: not a readable gzip file ({err})") from None
     try:
-        return drop_bom(path.read_bytes().decode("utf-8", errors=errors))
+        return drop_bom(data.decode("utf-8", errors=errors))
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
 

@@ -43,7 +43,7 @@ from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
-from bench.data.text_lines import read_text
+from bench.data.text_lines import GZIP_SUFFIX, read_text
 from bench.errors import DataError
 
 #: The columns of ``predictions.parquet``.
@@ -136,23 +136,33 @@ def _conll_rows(path: Path, spec: TokenTaskSpec) -> list[Row]:
     return rows
 
 
+def stored_file(path: Path) -> Path | None:
+    """``path`` as a cell wrote it, else its compressed form ``path.gz``, else None.
+
+    Cells write plain files; committed run directories keep them gzip-compressed
+    (:mod:`bench.results.compress`). Where both exist the plain file is the newer copy.
+    """
+    if path.is_file():
+        return path
+    packed = path.with_name(path.name + GZIP_SUFFIX)
+    return packed if packed.is_file() else None
+
+
 def prediction_files(run_dir: str | Path, task: str) -> dict[str, Path]:
     """The cell's prediction file per reporting split (empty when it wrote none)."""
     spec = ALL_TASKS[task]
     suffix = ".txt" if isinstance(spec, TokenTaskSpec) else ".csv"
-    return {
-        split: Path(run_dir) / f"predictions_{split}{suffix}"
-        for split in spec.dev
-        if (Path(run_dir) / f"predictions_{split}{suffix}").is_file()
+    found = {
+        split: stored_file(Path(run_dir) / f"predictions_{split}{suffix}") for split in spec.dev
     }
+    return {split: path for split, path in found.items() if path is not None}
 
 
 def selection_file(run_dir: str | Path, task: str) -> Path | None:
     """The cell's ``predictions_select.csv`` (GLUE under ``selection=heldout``), if it wrote one."""
     if isinstance(ALL_TASKS[task], TokenTaskSpec):
         return None
-    path = Path(run_dir) / f"predictions_{SELECTION_SPLIT}.csv"
-    return path if path.is_file() else None
+    return stored_file(Path(run_dir) / f"predictions_{SELECTION_SPLIT}.csv")
 
 
 def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
