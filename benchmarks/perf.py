@@ -54,6 +54,7 @@ from bench.atomic import atomic_write_json
 from bench.axes.resolvers import register as register_resolvers
 from bench.paths import config_dir
 from bench.run.gpu_sampler import GpuSampler
+from bench.run.provenance import git_commit
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1134,9 +1135,12 @@ def main(argv: list[str] | None = None) -> None:
         "lockstep": run_lockstep,
         "table": lambda *_: None,
     }
+    code = git_commit()  # the code that measured each part (a rerun may resume at another)
     for name in args.parts.split(","):
         if name not in parts:
             raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")
+        if name != "table":
+            state.setdefault("part_git", {})[name] = code
         started = time.perf_counter()
         parts[name](args, state, save)
         state.setdefault("part_seconds", {})[name] = time.perf_counter() - started
