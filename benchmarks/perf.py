@@ -1,4 +1,7 @@
-"""Performance benchmark: ``python benchmarks/perf.py`` prints tables, writes ``results/perf.json``.
+"""Performance benchmark: ``python benchmarks/perf.py`` prints tables, writes results/perf_cpu.json.
+
+On a GPU it writes ``results/perf_gpu.json`` instead: both sides of every comparison run on
+the same device, and a file measured on one device is never resumed on another.
 
 Everything is measured side by side in one run on this machine (nothing is extrapolated):
 
@@ -25,6 +28,14 @@ Everything is measured side by side in one run on this machine (nothing is extra
    walls and their ratio, one cell's training examples/s, the group's head-examples/s
    (examples x cells per second of its batch loop), and how many cells' selected epoch
    or metrics differ between the two.
+6. ``packed``: K fine-tuning cells (part 2's cell, K seeds) at once, each in its own
+   process, against the same K one after another: K is what the memory estimate of
+   ``hydra/launcher=gpu_pack`` (:mod:`bench.run.packing`) lets fit, at most ``--pack-max``
+   (on a CPU also at most the cores, the threads split between the cells).
+
+Every measured run is wrapped in :class:`bench.run.gpu_sampler.GpuSampler` (GPU
+utilisation from ``nvidia-smi``; nothing on a CPU); each part records the commit that
+measured it (``part_git``); the table ends with the figures against their targets.
 
 Each part is saved to the output file as it finishes (uncached grid cells one by one), and
 a rerun with the same settings skips what is already measured.
@@ -54,7 +65,7 @@ from bench.atomic import atomic_write_json
 from bench.axes.resolvers import register as register_resolvers
 from bench.paths import config_dir
 from bench.run.gpu_sampler import GpuSampler
-from bench.run.provenance import git_commit
+from bench.run.provenance import git_commit, hardware
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -763,6 +774,119 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     save()
 
 
+# --------------------------------------------------------------------------- packed
+
+
+def _packed_cell(args: argparse.Namespace, seed: int, threads: int, work: Path) -> dict[str, Any]:
+    """One fine-tuning cell of the packed part (the finetune part's cell, another seed)."""
+    _quiet()
+    torch.set_num_threads(threads)
+    cell = argparse.Namespace(**{**vars(args), "seed": seed})
+    run = _run_cell(_finetune_overrides(cell, _GROUPING["headbench"]), work)
+    run.update(seed=seed, torch_threads=threads)
+    return run
+
+
+def _in_processes(
+    args: argparse.Namespace, seeds: list[int], threads: int, work: Path, at_once: int
+) -> tuple[float, list[dict[str, Any]]]:
+    """Train one cell per seed in fresh processes, ``at_once`` at a time; (wall, runs)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    started = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    if at_once == 1:
+        for seed in seeds:  # a fresh process per cell, as the packed side's workers are
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                runs.append(
+                    pool.submit(_packed_cell, args, seed, threads, work / str(seed)).result()
+                )
+    else:
+        with ProcessPoolExecutor(max_workers=at_once, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(_packed_cell, args, seed, threads, work / str(seed)) for seed in seeds
+            ]
+            runs = [f.result() for f in futures]
+    return time.perf_counter() - started, runs
+
+
+def pack_count(args: argparse.Namespace, device: dict[str, Any]) -> dict[str, Any]:
+    """How many fine-tuning cells the packed part runs at once, and why.
+
+    On a GPU: as many as :func:`bench.run.packing.check_pack` lets fit in its memory (the
+    estimate ``hydra/launcher=gpu_pack`` refuses to exceed), at most ``--pack-max``. On a
+    CPU the memory estimate is checked against the host's memory and the count is also
+    capped by the cores, each cell getting ``--threads`` / K of them.
+    """
+    from bench.run.packing import DEFAULT_HEADROOM, estimate_cell, pack_size
+
+    estimate = estimate_cell(_compose(_finetune_overrides(args, _GROUPING["headbench"])))
+    if device.get("kind") == "cuda":
+        available = int(torch.cuda.get_device_properties(0).total_memory)
+        limits = {"memory": pack_size(estimate.total, available), "--pack-max": args.pack_max}
+    else:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        limits = {
+            "memory": pack_size(estimate.total, available),
+            "--pack-max": args.pack_max,
+            "cores (--threads)": args.threads,
+        }
+    count = max(1, min(limits.values()))
+    return {
+        "cells": count,
+        "limited_by": [k for k, v in limits.items() if v == count],
+        "estimate_gib": estimate.total / 2**30,
+        "available_gib": available / 2**30,
+        "headroom": DEFAULT_HEADROOM,
+    }
+
+
+def run_packed(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 6 (#22 item 4): K fine-tuning cells at once vs the same K one after another.
+
+    The cells are the finetune part's (headbench, bucketed batches) with seeds ``--seed``
+    .. ``--seed + K - 1``. One after another, each has the whole device (``--threads``
+    torch threads); packed, K worker processes share it (``--threads`` / K threads each on
+    a CPU; on a GPU each also keeps ``--threads`` // K host threads). Every cell runs in a
+    fresh process on both sides.
+    """
+    plan = pack_count(args, state["machine"]["device"])
+    k = plan["cells"]
+    seeds = list(range(args.seed, args.seed + k))
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-pack-"))
+    with GpuSampler() as alone_gpu:
+        alone_s, alone = _in_processes(args, seeds, args.threads, work / "alone", 1)
+    print(f"[packed] {k} cells one after another: {alone_s:.1f} s", flush=True)
+    threads = max(1, args.threads // k)
+    with GpuSampler() as packed_gpu:
+        packed_s, packed = _in_processes(args, seeds, threads, work / "packed", k)
+    print(f"[packed] the same {k} cells at once: {packed_s:.1f} s", flush=True)
+    state["packed"] = {
+        "settings": {
+            "encoder": args.encoder,
+            "task": args.task,
+            "ft_train_size": args.ft_train_size,
+            "ft_epochs": args.ft_epochs,
+            "batch_size": args.batch_size,
+            "max_length": args.max_length,
+            "threads_alone": args.threads,
+            "threads_packed": threads,
+            "seeds": seeds,
+        },
+        "plan": plan,
+        "alone_s": alone_s,
+        "packed_s": packed_s,
+        "ratio": alone_s / packed_s,
+        "dev_accuracy_alone": [r["dev_accuracy"]["final"] for r in alone],
+        "dev_accuracy_packed": [r["dev_accuracy"]["final"] for r in packed],
+        "status": [r["status"] for r in alone + packed],
+        "gpu_utilisation": {"alone": alone_gpu.summary(), "packed": packed_gpu.summary()},
+    }
+    save()
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -927,8 +1051,111 @@ def table(state: dict[str, Any]) -> str:
     if summary:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
     lines += _lockstep_table(state.get("lockstep") or {})
+    lines += _packed_table(state.get("packed") or {})
     lines += gpu_table(state)
+    lines += targets(state)
     return "\n".join(lines)
+
+
+def _packed_table(pk: dict[str, Any]) -> list[str]:
+    """Part 6's figures, when measured."""
+    if not pk:
+        return []
+    st, plan = pk["settings"], pk["plan"]
+    k = plan["cells"]
+    acc = ", ".join(f"{100 * a:.1f}" for a in pk["dev_accuracy_alone"])
+    acc_packed = ", ".join(f"{100 * a:.1f}" for a in pk["dev_accuracy_packed"])
+    return [
+        "",
+        f"Packed fine-tuning ({st['encoder']} + linear head, {st['task']} "
+        f"{st['ft_train_size']}-example subset, {st['ft_epochs']} epochs, batch "
+        f"{st['batch_size']}; seeds {', '.join(map(str, st['seeds']))}; each cell in a fresh "
+        f"process): K = {k}, limited by {' and '.join(plan['limited_by'])} (memory estimate "
+        f"{plan['estimate_gib']:.2f} GiB a cell, {plan['headroom']:.0%} of "
+        f"{plan['available_gib']:.0f} GiB):",
+        "",
+        "| measurement | value |",
+        "|---|---|",
+        f"| {k} cells one after another, {st['threads_alone']} thread(s) each "
+        f"| {pk['alone_s']:.1f} s |",
+        f"| the same {k} cells at once, {st['threads_packed']} thread(s) each "
+        f"| {pk['packed_s']:.1f} s ({pk['ratio']:.2f}x faster) |",
+        f"| dev accuracy after the last epoch: alone / packed | {acc} / {acc_packed} |",
+    ]
+
+
+def _verdict(value: float, goal: float, higher: bool = True) -> str:
+    met = value >= goal if higher else value <= goal
+    return "met" if met else "not met"
+
+
+def targets(state: dict[str, Any]) -> list[str]:
+    """The measured figures against their targets, for the device the file was measured on.
+
+    On a CPU: the cached frozen grid >= 8x faster than uncached (12 cells), fine-tuning at
+    least as fast as the HF Trainer at dev accuracy within 1 point, >= 50% of the measured
+    fp32 matmul peak. On a GPU: issue #22's goals (an H100): one linear-family frozen cell
+    >= 20,000 examples/s, a lock-step group >= 1,000,000 head-examples/s, the lock-step
+    cells' wall <= 3x one cell's, fine-tuning >= 1.5x the Trainer at dev accuracy within
+    0.5 points; packing is reported without a goal.
+    """
+    gpu = ((state.get("machine") or {}).get("device") or {}).get("kind") == "cuda"
+    lines: list[str] = []
+    grid = state.get("grid") or {}
+    rows = {r["cells"]: r for r in grid_sizes(grid)} if grid else {}
+    summary = (state.get("finetune") or {}).get("summary") or {}
+    ls = state.get("lockstep") or {}
+    fl = state.get("flops") or {}
+    if gpu:
+        cached = [
+            c["throughput"]["examples_per_s"]
+            for c in grid.get("cached_fp32") or []
+            if c["head"] != "bilstm" and c.get("throughput")
+        ]
+        if cached:
+            one = statistics.median(cached)
+            lines.append(
+                f"- one linear-family frozen cell (cached, float32; median of {len(cached)}): "
+                f"{one:,.0f} examples/s, goal >= 20,000: {_verdict(one, 20_000)}"
+            )
+    elif 12 in rows:
+        r = rows[12]
+        lines.append(
+            f"- frozen 12-cell grid, cached float32 vs uncached: {r['cached_fp32_ratio']:.1f}x "
+            f"faster, goal >= 8x: {_verdict(r['cached_fp32_ratio'], 8.0)}"
+        )
+    if summary:
+        goal, gap = (1.5, 0.5) if gpu else (1.0, 1.0)
+        speed = summary["speedup"]
+        points = summary["dev_accuracy_gap_points"]
+        met = speed >= goal and points <= gap
+        lines.append(
+            f"- fine-tuning, headbench over the HF Trainer: {speed:.2f}x at dev accuracy "
+            f"{points:.1f} points apart, goal >= {goal}x within {gap} points: "
+            f"{'met' if met else 'not met'}"
+        )
+    if not gpu and "headbench_fraction_of_fp32_peak" in fl:
+        share = fl["headbench_fraction_of_fp32_peak"]
+        lines.append(
+            f"- fine-tuning FLOP/s: {share:.0%} of the measured fp32 matmul peak, goal >= 50%: "
+            f"{_verdict(share, 0.5)}"
+        )
+    if ls:
+        per_cell = ls["lockstep_s"] / ls["one_cell_wall_s"]
+        rate = ls["lockstep_head_examples_per_s"] or 0.0
+        where = "goal" if gpu else "the H100 goal (issue #22; not a CPU target)"
+        lines.append(
+            f"- lock-step, {ls['settings']['cells']} cells: {rate:,.0f} head-examples/s, "
+            f"{where} >= 1,000,000" + (f": {_verdict(rate, 1_000_000)}" if gpu else "")
+        )
+        lines.append(
+            f"- lock-step, {ls['settings']['cells']} cells' wall = {per_cell:.1f}x one "
+            f"cell's, {where} <= 3x" + (f": {_verdict(per_cell, 3.0, higher=False)}" if gpu else "")
+        )
+    if not lines:
+        return []
+    device = "this GPU" if gpu else "this CPU"
+    return ["", f"Against the targets on {device}:", "", *lines]
 
 
 def _mean_util(records: list[dict[str, Any]]) -> float | None:
@@ -997,6 +1224,11 @@ def _lockstep_table(ls: dict[str, Any]) -> list[str]:
         f"| lock-step head-examples/s (examples x cells per second of the batch loops) "
         f"| {ls['lockstep_head_examples_per_s']:.0f} |",
         f"| cells whose selected epoch or metrics differ | {ls['cells_differing']} |",
+        *(
+            [f"| cells trained alone inside the lock-step side | {ls['cells_trained_alone']} |"]
+            if ls.get("cells_trained_alone")
+            else []
+        ),
     ]
 
 
@@ -1015,11 +1247,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python benchmarks/perf.py", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--out", type=Path, default=Path("results/perf.json"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output file (default: results/perf_gpu.json on a GPU, results/perf_cpu.json)",
+    )
     p.add_argument(
         "--parts",
-        default="grid,finetune,flops",
-        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3), lockstep",
+        default="grid,finetune,flops,lockstep,packed",
+        help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3), lockstep (5), "
+        "packed (6), table (reprint)",
     )
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--task", default="sst2")
@@ -1027,11 +1265,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="grid cells' epochs")
     p.add_argument("--grid-cells", type=int, default=32, help="cells per path (4 heads x seeds)")
     p.add_argument("--grid-threads", type=int, default=1, help="torch threads for the grid")
-    p.add_argument("--lockstep-cells", type=int, default=24, help="cells of the lockstep part")
+    p.add_argument("--lockstep-cells", type=int, default=100, help="cells of the lockstep part")
     p.add_argument(
         "--lockstep-heads",
-        default="linear,pooler,mean_linear,last4_concat",
+        default="linear,pooler,last4_concat,mean_linear,bilstm",
         help="heads of the lockstep part (comma-separated)",
+    )
+    p.add_argument(
+        "--pack-max", type=int, default=4, help="at most this many cells at once (packed part)"
     )
     p.add_argument("--ft-train-size", type=int, default=2000)
     p.add_argument("--ft-epochs", type=int, default=3)
@@ -1109,18 +1350,38 @@ def check_same_device(state: dict[str, Any], device: dict[str, Any], out: Path) 
         )
 
 
+#: The parts ``--parts`` takes, in the order a full run measures them.
+PARTS = ("grid", "finetune", "flops", "lockstep", "packed", "table")
+
+
+def default_out(device: dict[str, Any]) -> Path:
+    """``results/perf_gpu.json`` for a CUDA device, else ``results/perf_cpu.json``."""
+    return ROOT / "results" / ("perf_gpu.json" if device.get("kind") == "cuda" else "perf_cpu.json")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the chosen parts, saving each as it finishes, then print the table."""
     args = _parser().parse_args(argv)
     _quiet()
-    state: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     device = device_record()
+    if args.out is None:
+        args.out = default_out(device)
+    state: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    names = args.parts.split(",")
+    unknown = [n for n in names if n not in PARTS]
+    if unknown:
+        raise SystemExit(f"--parts: unknown part {unknown[0]!r}; valid: {', '.join(PARTS)}")
+    if names == ["table"]:  # reprint only: the file keeps the machine that measured it
+        print(table(state))
+        return
     check_same_device(state, device, args.out)
     state["machine"] = {
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
+        "cpu_model": hardware().get("cpu_model"),
+        "cpu_capability": hardware().get("cpu_capability"),
         "device": device,
     }
 
@@ -1133,12 +1394,11 @@ def main(argv: list[str] | None = None) -> None:
         "finetune": run_finetune,
         "flops": run_flops,
         "lockstep": run_lockstep,
+        "packed": run_packed,
         "table": lambda *_: None,
     }
     code = git_commit()  # the code that measured each part (a rerun may resume at another)
-    for name in args.parts.split(","):
-        if name not in parts:
-            raise SystemExit(f"--parts: unknown part {name!r}; valid: {', '.join(parts)}")
+    for name in names:
         if name != "table":
             state.setdefault("part_git", {})[name] = code
         started = time.perf_counter()

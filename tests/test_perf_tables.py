@@ -6,6 +6,7 @@ that a partly measured state (the benchmark saves after every cell) always rende
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -268,3 +269,132 @@ def test_a_file_from_another_device_is_never_resumed(tmp_path):
 def test_the_device_record_names_the_device_both_sides_use():
     record = perf.device_record()
     assert record["kind"] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _lockstep(cells: int, alone: float, together: float, one: float, rate: float) -> dict:
+    return {
+        "settings": {
+            "encoder": "minilm",
+            "task": "sst2",
+            "train_size": 2000,
+            "epochs": 3,
+            "max_length": 128,
+            "batch_size": 32,
+            "heads": ["linear", "bilstm"],
+            "cells": cells,
+            "threads": 1,
+        },
+        "groups": [cells],
+        "alone_s": alone,
+        "lockstep_s": together,
+        "ratio": alone / together,
+        "one_cell_wall_s": one,
+        "one_cell_examples_per_s": 9000.0,
+        "lockstep_head_examples_per_s": rate,
+        "cells_differing": 0,
+        "cells_trained_alone": 0,
+    }
+
+
+def test_targets_on_a_cpu_follow_the_measurements():
+    grid = _grid(12, 12, 12)
+    unc = sum(c["wall_s"] for c in grid["uncached"][:12])
+    cac = sum(c["wall_s"] for c in grid["cached_fp32"][:12])
+    assert unc / cac < 8  # the fixture's grid misses the CPU goal
+    state = {
+        "machine": {"device": {"kind": "cpu"}},
+        "grid": grid,
+        "finetune": {"summary": {"speedup": 1.07, "dev_accuracy_gap_points": 0.4}},
+        "flops": {"headbench_fraction_of_fp32_peak": 0.62},
+        "lockstep": _lockstep(100, 400.0, 100.0, 2.0, 50_000.0),
+    }
+    lines = perf.targets(state)
+    text = "\n".join(lines)
+    assert lines[1] == "Against the targets on this CPU:"
+    assert f"{unc / cac:.1f}x faster, goal >= 8x: not met" in text
+    assert "1.07x at dev accuracy 0.4 points apart, goal >= 1.0x within 1.0 points: met" in text
+    assert "62% of the measured fp32 matmul peak, goal >= 50%: met" in text
+    assert "50,000 head-examples/s, the H100 goal (issue #22; not a CPU target) >=" in text
+    assert "cells' wall = 50.0x one cell's" in text  # 100 s / 2 s; no verdict on a CPU
+    assert ": met" not in text.split("lock-step")[-1]
+    state["finetune"]["summary"]["dev_accuracy_gap_points"] = 1.2  # faster, but not as good
+    assert "within 1.0 points: not met" in "\n".join(perf.targets(state))
+    assert perf.targets({}) == []
+
+
+def test_targets_on_a_gpu_are_issue_22s():
+    cells = [
+        {"head": h, "throughput": {"examples_per_s": v}}
+        for h, v in [("linear", 30_000.0), ("pooler", 18_000.0), ("last4_concat", 25_000.0)]
+    ] + [{"head": "bilstm", "throughput": {"examples_per_s": 100.0}}]
+    state = {
+        "machine": {"device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}},
+        "grid": {"cached_fp32": cells},
+        "finetune": {"summary": {"speedup": 1.6, "dev_accuracy_gap_points": 0.6}},
+        "lockstep": _lockstep(100, 300.0, 5.0, 2.0, 2_000_000.0),
+    }
+    text = "\n".join(perf.targets(state))
+    assert "Against the targets on this GPU:" in text
+    assert "(cached, float32; median of 3): 25,000 examples/s, goal >= 20,000: met" in text
+    assert "1.60x at dev accuracy 0.6 points apart, goal >= 1.5x within 0.5 points: not met" in text
+    assert "2,000,000 head-examples/s, goal >= 1,000,000: met" in text
+    assert "cells' wall = 2.5x one cell's, goal <= 3x: met" in text
+    assert "matmul peak" not in text  # the FLOP/s goal is the CPU's
+
+
+def test_packed_table_renders():
+    part = {
+        "settings": {
+            "encoder": "minilm",
+            "task": "sst2",
+            "ft_train_size": 2000,
+            "ft_epochs": 3,
+            "batch_size": 32,
+            "max_length": 128,
+            "threads_alone": 2,
+            "threads_packed": 1,
+            "seeds": [1, 2],
+        },
+        "plan": {
+            "cells": 2,
+            "limited_by": ["cores (--threads)"],
+            "estimate_gib": 1.25,
+            "available_gib": 31.4,
+            "headroom": 0.9,
+        },
+        "alone_s": 80.0,
+        "packed_s": 64.0,
+        "ratio": 1.25,
+        "dev_accuracy_alone": [0.811, 0.805],
+        "dev_accuracy_packed": [0.812, 0.805],
+    }
+    text = perf.table({"packed": part})
+    assert "K = 2, limited by cores (--threads) (memory estimate 1.25 GiB a cell" in text
+    assert "| the same 2 cells at once, 1 thread(s) each | 64.0 s (1.25x faster) |" in text
+    assert "| 81.1, 80.5 / 81.2, 80.5 |" in text
+
+
+def test_pack_count_on_a_cpu_uses_the_memory_estimate_and_the_cores():
+    from bench.run.packing import estimate_cell
+
+    args = perf._parser().parse_args(["--threads", "2", "--pack-max", "4"])
+    plan = perf.pack_count(args, {"kind": "cpu"})
+    estimate = estimate_cell(perf._compose(perf._finetune_overrides(args, "bucket")))
+    assert plan["estimate_gib"] == pytest.approx(estimate.total / 2**30)
+    assert plan["cells"] == 2 and plan["limited_by"] == ["cores (--threads)"]
+    one = perf.pack_count(perf._parser().parse_args(["--threads", "8", "--pack-max", "1"]), {})
+    assert one["cells"] == 1 and one["limited_by"] == ["--pack-max"]
+
+
+def test_the_output_file_names_the_device_and_a_reprint_writes_nothing(tmp_path, capsys):
+    assert perf._parser().parse_args([]).out is None  # main() names it from the device
+    assert perf.default_out({"kind": "cuda", "name": "H100"}).name == "perf_gpu.json"
+    assert perf.default_out({"kind": "cpu"}).name == "perf_cpu.json"
+    assert perf._parser().parse_args([]).parts.split(",") == [p for p in perf.PARTS if p != "table"]
+    out = tmp_path / "perf.json"
+    state = {"machine": {"cpus": 64, "device": {"kind": "cpu"}}, "packed": {}}
+    out.write_text(json.dumps(state))
+    perf.main(["--parts", "table", "--out", str(out)])
+    assert json.loads(out.read_text()) == state  # the measuring machine is kept
+    with pytest.raises(SystemExit, match="unknown part 'tables'; valid: grid, finetune"):
+        perf.main(["--parts", "tables", "--out", str(out)])
