@@ -151,7 +151,8 @@ grid = {k: len(v) for k, v in (state.get("grid") or {}).items() if k.startswith(
 ft = state.get("finetune") or {}
 print("saved:", sys.argv[1], "| device:", (state.get("machine") or {}).get("device"))
 print(f"  grid cells per path {grid}; fine-tuning runs {len(ft.get('runs') or [])} of "
-      f"{len(ft.get('order') or [])}; flops {'flops' in state}; lockstep {'lockstep' in state}")
+      f"{len(ft.get('order') or [])}; flops {'flops' in state}; lockstep {'lockstep' in state}; "
+      f"packed {'packed' in state}")
 EOF
   fi
   ;;
