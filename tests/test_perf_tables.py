@@ -340,6 +340,19 @@ def test_targets_on_a_gpu_are_issue_22s():
     assert "2,000,000 head-examples/s, goal >= 1,000,000: met" in text
     assert "cells' wall = 2.5x one cell's, goal <= 3x: met" in text
     assert "matmul peak" not in text  # the FLOP/s goal is the CPU's
+    groups = [
+        {"cells": 80, "heads": ["bilstm", "linear"], "wall_s": 90.0, "head_examples_per_s": 4e5},
+        {"cells": 20, "heads": ["last4_concat"], "wall_s": 3.0, "head_examples_per_s": 1.2e6},
+    ]
+    state["lockstep"].update(
+        group_details=groups,
+        alone_by_head={"linear": {"cells": 20, "wall_s": 30.0, "median_wall_s": 1.5}},
+    )
+    text = "\n".join(perf.targets(state))
+    assert "best group (20 cells: last4_concat): 1,200,000 head-examples/s, goal" in text
+    table = perf.table({"lockstep": state["lockstep"]})
+    assert "| lock-step group of 80 (bilstm, linear) | 90.0 s; 400,000 head-examples/s" in table
+    assert "| one after another: the linear cells (20) | 30.0 s (median 1.5 s a cell) |" in table
 
 
 def test_packed_table_renders():
