@@ -583,12 +583,23 @@ def _finetune_run_in_fresh_process(
     imports and caches warmed by the run before) speeds up or slows down the other's
     timed loop, and no run is the only one that pays a cold start.
     """
+    (run,) = _in_fresh_processes(_finetune_run, [(args, name, work)])
+    return run
+
+
+def _in_fresh_processes(fn: Any, calls: list[tuple[Any, ...]], at_once: int = 1) -> list[Any]:
+    """``fn(*call)`` for every call, each in a new spawned process, ``at_once`` at a time.
+
+    Returns:
+        The results in the order of ``calls``.
+    """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(_finetune_run, args, name, work).result()
+    with ProcessPoolExecutor(max_workers=at_once, mp_context=ctx, max_tasks_per_child=1) as pool:
+        futures = [pool.submit(fn, *call) for call in calls]
+        return [f.result() for f in futures]
 
 
 def _finetune_order(repeats: int, names: list[str]) -> list[str]:
@@ -806,25 +817,10 @@ def _packed_cell(args: argparse.Namespace, seed: int, threads: int, work: Path) 
 def _in_processes(
     args: argparse.Namespace, seeds: list[int], threads: int, work: Path, at_once: int
 ) -> tuple[float, list[dict[str, Any]]]:
-    """Train one cell per seed in fresh processes, ``at_once`` at a time; (wall, runs)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("spawn")
+    """Train one cell per seed, each in a fresh process, ``at_once`` at a time; (wall, runs)."""
     started = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    if at_once == 1:
-        for seed in seeds:  # a fresh process per cell, as the packed side's workers are
-            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-                runs.append(
-                    pool.submit(_packed_cell, args, seed, threads, work / str(seed)).result()
-                )
-    else:
-        with ProcessPoolExecutor(max_workers=at_once, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(_packed_cell, args, seed, threads, work / str(seed)) for seed in seeds
-            ]
-            runs = [f.result() for f in futures]
+    calls = [(args, seed, threads, work / str(seed)) for seed in seeds]
+    runs = _in_fresh_processes(_packed_cell, calls, at_once)
     return time.perf_counter() - started, runs
 
 
@@ -1405,13 +1401,13 @@ def main(argv: list[str] | None = None) -> None:
         print(table(state))
         return
     check_same_device(state, device, args.out)
+    machine = hardware()
     state["machine"] = {
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "python": sys.version.split()[0],
-        "cpu_model": hardware().get("cpu_model"),
-        "cpu_capability": hardware().get("cpu_capability"),
+        **{k: machine.get(k) for k in ("cpu_model", "cpu_capability")},
         "device": device,
     }
 
