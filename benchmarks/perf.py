@@ -103,8 +103,10 @@ def _compose(overrides: list[str]) -> Any:
 
 
 def _quiet() -> None:
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "bench"):
+    """Silence third-party chatter; headbench's own warnings (e.g. truncation) still show."""
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("bench").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -1388,7 +1390,6 @@ def default_out(device: dict[str, Any]) -> Path:
 def main(argv: list[str] | None = None) -> None:
     """Run the chosen parts, saving each as it finishes, then print the table."""
     args = _parser().parse_args(argv)
-    _quiet()
     device = device_record()
     if args.out is None:
         args.out = default_out(device)
@@ -1400,6 +1401,7 @@ def main(argv: list[str] | None = None) -> None:
     if names == ["table"]:  # reprint only: the file keeps the machine that measured it
         print(table(state))
         return
+    _quiet()
     check_same_device(state, device, args.out)
     machine = hardware()
     state["machine"] = {

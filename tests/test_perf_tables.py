@@ -7,6 +7,7 @@ that a partly measured state (the benchmark saves after every cell) always rende
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 
 import pytest
@@ -407,7 +408,22 @@ def test_the_output_file_names_the_device_and_a_reprint_writes_nothing(tmp_path,
     out = tmp_path / "perf.json"
     state = {"machine": {"cpus": 64, "device": {"kind": "cpu"}}, "packed": {}}
     out.write_text(json.dumps(state))
+    levels = {n: logging.getLogger(n).level for n in ("bench", "lightning", "transformers")}
     perf.main(["--parts", "table", "--out", str(out)])
     assert json.loads(out.read_text()) == state  # the measuring machine is kept
+    # a reprint leaves the process's logging alone (it once hid headbench's warnings)
+    assert {n: logging.getLogger(n).level for n in levels} == levels
     with pytest.raises(SystemExit, match="unknown part 'tables'; valid: grid, finetune"):
         perf.main(["--parts", "tables", "--out", str(out)])
+
+
+def test_quieting_a_benchmark_keeps_headbench_warnings():
+    """The benchmark silences third-party chatter but never headbench's own warnings."""
+    bench_logger = logging.getLogger("bench")
+    before = bench_logger.level
+    try:
+        perf._quiet()
+        assert bench_logger.isEnabledFor(logging.WARNING)
+        assert not logging.getLogger("lightning").isEnabledFor(logging.WARNING)
+    finally:
+        bench_logger.setLevel(before)
