@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One device call that spends a short lease on every GPU job of issue #22, in order of value,
+# each step with a time box so that a slow or failing step never starves the next:
+#
+#   bash benchmarks/device_plan.sh [TOTAL_S]     # default 500: give the call timeout_s=540
+#
+# 1. check: GPU, package versions there vs here, MiniLM loads as float32, the plan (dry run);
+# 2. tests: the GPU-only tests (lock-step agrees with each cell alone on CUDA; the real
+#    nvidia-smi sampler) and the device-resident cache's tests;
+# 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
+#    $OUT/perf_gpu.json, resumed from the carried one;
+# 4. bench: the rest of the time on fair_heads_gpu's frozen cells in lock-step, resumed from
+#    the carried run directories.
+#
+# Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
+# step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
+# Environment: PLAN_STEPS (default "check tests perf bench"), PERF_ARGS, BENCH_ARGS.
+set -u
+total=${1:-500}
+out=${OUT:-.device/out}
+mkdir -p "$out"
+steps=${PLAN_STEPS:-check tests perf bench}
+perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
+--ft-frameworks headbench,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
+--pack-max 2 --grid-cells 4}
+bench_args=${BENCH_ARGS:-freeze=frozen task=rte,mrpc,stsb,cola hydra/launcher=lockstep}
+started=$SECONDS
+
+# step WANT MODE ARGS...: MODE gets WANT seconds, or what is left of TOTAL when less.
+step() {
+  local want=$1 left give
+  shift
+  left=$((total - (SECONDS - started)))
+  give=$((want < left ? want : left))
+  if [ "$give" -lt 45 ]; then
+    echo "[plan] not started, ${left}s left: $*" | tee -a "$out/plan.log"
+    return
+  fi
+  echo "[plan] $* (at most ${give}s; ${left}s left in all)" | tee -a "$out/plan.log"
+  HB_DEADLINE_S=$give bash benchmarks/device_run.sh "$@" >>"$out/plan.log" 2>&1
+  echo "[plan] exit $? after $((SECONDS - started))s: $1" | tee -a "$out/plan.log"
+}
+
+for s in $steps; do
+  case $s in
+  # shellcheck disable=SC2086
+  check) step 75 check $bench_args ;;
+  tests)
+    step 60 tests -x \
+      tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone \
+      tests/test_gpu_sampler.py::test_the_real_nvidia_smi_sees_a_busy_gpu tests/test_resident.py
+    ;;
+  # shellcheck disable=SC2086  # the argument lists split on purpose
+  perf) step 250 perf $perf_args ;;
+  # shellcheck disable=SC2086
+  bench) step 100000 bench $bench_args ;;
+  *) echo "[plan] unknown step $s (valid: check tests perf bench)" | tee -a "$out/plan.log" ;;
+  esac
+done
+tail -n 60 "$out/plan.log"
