@@ -766,30 +766,58 @@ def _encoder_cfg(name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- part 3
 
 
-def matmul_peak(dtype: torch.dtype, n: int, seconds: float = 3.0) -> float:
-    """Measured dense matmul FLOP/s: (n x n) @ (n x n) repeated for about ``seconds``."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
-    for _ in range(2):
-        torch.mm(a, b)  # warm-up
+def _peak_device() -> torch.device:
+    """Where the fine-tuning cells train, so where the matmul peak is measured."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def matmul_peak(
+    dtype: torch.dtype, n: int, seconds: float = 3.0, device: torch.device | None = None
+) -> float:
+    """Measured dense matmul FLOP/s: (n x n) @ (n x n) on ``device``, repeated ``seconds``.
+
+    On a GPU every product is waited for before the clock is read (launches are
+    asynchronous), so the figure is the device's, not the launch rate's.
+    """
+    device = device or torch.device("cpu")
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(3):
+        torch.mm(a, b)  # warm-up (and cuBLAS's handle and heuristics on a GPU)
+    sync()
     reps, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         torch.mm(a, b)
+        sync()
         reps += 1
     return 2 * n**3 * reps / (time.perf_counter() - started)
 
 
 def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
-    """Part 3: matmul peak (fp32, bf16; best of 3) at the fine-tuning thread count; fractions."""
+    """Part 3: matmul peak (fp32, bf16; best of 3) on the fine-tuning device; fractions.
+
+    On a CPU at the fine-tuning thread count with ``--matmul-n`` (default 2048); on a GPU
+    on that GPU with n = 8192 unless ``--matmul-n`` says otherwise, under the process's
+    float32 matmul precision (recorded: "highest" is true fp32, "high" lets it use TF32).
+    """
     torch.set_num_threads(args.threads)
+    device = _peak_device()
+    n = args.matmul_n or (8192 if device.type == "cuda" else 2048)
     repeats = 3
     peak = {
-        name: max(matmul_peak(dtype, args.matmul_n, seconds=2.0) for _ in range(repeats))
+        name: max(matmul_peak(dtype, n, seconds=2.0, device=device) for _ in range(repeats))
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     }
     part = {
+        "device": device.type,
         "threads": args.threads,
-        "matmul_n": args.matmul_n,
+        "matmul_n": n,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "repeats": repeats,
         "peak_flop_per_s": peak,
     }
@@ -1007,13 +1035,20 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
                 [_flops_cell(n, x, fl) for n, x in zip(names, sides, strict=True)],
             ),
             row(
-                f"measured matmul peak, {fl['threads']} thread(s), n={fl['matmul_n']}, best of "
+                f"measured matmul peak, {_peak_where(fl)}, n={fl['matmul_n']}, best of "
                 f"{fl['repeats']}: fp32 / bf16",
                 [f"{peak['fp32'] / 1e9:.1f} G / {peak['bf16'] / 1e9:.1f} G"]
                 + [""] * (len(names) - 1),
             ),
         ]
     return lines
+
+
+def _peak_where(fl: dict[str, Any]) -> str:
+    """Where the peak was measured: the GPU (and its fp32 matmul precision) or CPU threads."""
+    if fl.get("device") == "cuda":
+        return f"on the GPU (float32 matmul precision {fl['float32_matmul_precision']})"
+    return f"{fl['threads']} thread(s)"
 
 
 def table(state: dict[str, Any]) -> str:
@@ -1321,7 +1356,9 @@ def _parser() -> argparse.ArgumentParser:
         f"required (default: {','.join(FRAMEWORKS)})",
     )
     p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
-    p.add_argument("--matmul-n", type=int, default=2048)
+    p.add_argument(
+        "--matmul-n", type=int, default=None, help="matmul peak size (default: 2048 CPU, 8192 GPU)"
+    )
     return p
 
 

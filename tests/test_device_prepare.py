@@ -415,6 +415,24 @@ def test_a_copy_without_git_records_the_commit_prepare_saw(
     }
 
 
+def test_the_recorded_commit_wins_over_a_stale_git_in_the_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This checkout has a real .git; the variable names the commit the copy was made from."""
+    from bench.run import provenance
+
+    monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+    from_git = provenance.git_commit()
+    assert from_git["commit"] and "recorded_in" not in from_git
+    monkeypatch.setenv(provenance.COMMIT_ENV, "0123abc")
+    monkeypatch.setenv(provenance.DIRTY_ENV, "true")
+    assert provenance.git_commit() == {
+        "commit": "0123abc",
+        "dirty": True,
+        "recorded_in": "HEADBENCH_GIT_COMMIT",
+    }
+
+
 def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
     script = tmp_path / "benchmarks" / "device_run.sh"
     write(script, text=(ROOT / "benchmarks" / "device_run.sh").read_text())

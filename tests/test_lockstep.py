@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,14 @@ def _alone_and_together(compose_cfg, data_dir, tmp_path, cells, *common):
     cfgs = [_cfg(compose_cfg, data_dir, tmp_path, *common, *cell) for cell in cells]
     alone = [run(cfg, tmp_path / "alone" / str(i)) for i, cfg in enumerate(cfgs)]
     dirs = [tmp_path / "together" / str(i) for i in range(len(cfgs))]
+    began = time.perf_counter()
     together = train_group(cfgs, dirs)
+    elapsed = time.perf_counter() - began
+    # each cell's wall is its share: the group's cells add up to the group's wall, not n x it
+    walls = [r["wall_time_s"] for r in together]
+    assert all(r["lockstep"]["wall_time"] == "share" for r in together)
+    assert sum(walls) <= elapsed
+    assert sum(walls) >= 0.8 * together[0]["lockstep"]["train_s"]
     return cfgs, alone, together
 
 

@@ -427,3 +427,20 @@ def test_quieting_a_benchmark_keeps_headbench_warnings():
         assert not logging.getLogger("lightning").isEnabledFor(logging.WARNING)
     finally:
         bench_logger.setLevel(before)
+
+
+def test_the_gpu_tables_in_docs_are_what_the_committed_gpu_measurements_print():
+    """docs/performance.md quotes `--parts table` on results/perf_gpu.json, unedited."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    state = json.loads((root / "results" / "perf_gpu.json").read_text())
+    assert state["machine"]["device"]["kind"] == "cuda"  # CPU figures live in perf_cpu.json
+    assert "flops" not in state or state["flops"].get("device") == "cuda"  # peak on the GPU
+    doc = (root / "docs" / "performance.md").read_text()
+    block = re.search(
+        r"<!-- perf-gpu-tables:start[^\n]*-->\n(.*?)\n<!-- perf-gpu-tables:end -->", doc, re.S
+    )
+    assert block is not None
+    assert block.group(1).strip() == perf.table(state).strip()

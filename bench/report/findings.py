@@ -44,7 +44,7 @@ from bench.results.predictions import read_predictions
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 #: The reference experiments under the evaluation protocol, in the order shown.
-EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte")
+EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte", "fair_heads_gpu")
 
 
 def experiment_finding(source: Path) -> str:

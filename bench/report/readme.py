@@ -246,6 +246,17 @@ def cost_lines(ctx: ReportContext) -> list[str]:
     lines.append(
         "- Hardware: " + "; ".join(f"{m} ({n} cells)" for m, n in machines.most_common()) + "."
     )
+    whole = sum(
+        1
+        for c in cells
+        if isinstance(c.get("lockstep"), dict) and c["lockstep"].get("wall_time") != "share"
+    )
+    if whole:
+        lines.append(
+            f"- {whole} cells trained in lock-step groups under code that recorded each member's "
+            "wall time as the whole group's: the wall times above (cells and trials) count each "
+            "group once per member, an overcount; the training times are each cell's share."
+        )
     return lines
 
 

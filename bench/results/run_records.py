@@ -94,7 +94,8 @@ def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]
 
     Also what chose the cell's configuration and epoch: ``search`` (the result's search
     record, None without a search) and ``selection`` (its selection record without the
-    slice's example ids, which stay in ``result.json``).
+    slice's example ids, which stay in ``result.json``). A cell trained in a lock-step group
+    also keeps its ``lockstep`` record (group size, device, how its wall time was counted).
     """
     return [
         {
@@ -102,6 +103,7 @@ def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]
             **{k: res.get(k) for k in PROVENANCE_KEYS},
             "search": res.get("search"),
             "selection": _without_ids(res.get("selection")),
+            **({"lockstep": res["lockstep"]} if res.get("lockstep") else {}),
         }
         for res in results
     ]

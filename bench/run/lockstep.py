@@ -227,6 +227,8 @@ class _Cell:
     names: dict[int, str] = field(default_factory=dict)
     #: Training time charged to this cell: its own computation plus its share of the rest.
     seconds: float = 0.0
+    #: Its own setup before the group trains (preflight, module, data).
+    setup_s: float = 0.0
 
     @property
     def module(self) -> Any:
@@ -426,7 +428,8 @@ def _prepare(
             if setup.module.feature_plan is None or setup.module.feature_plan.start is not None:
                 raise NotLockstep("the cell does not read frozen states from the cache")
             shared = shared or setup
-            cells.append(_Cell(cfg, run_dir, result, started, setup, rng))
+            setup_s = time.perf_counter() - started
+            cells.append(_Cell(cfg, run_dir, result, started, setup, rng, setup_s=setup_s))
         except Exception as err:  # recorded, the group goes on
             record_failure(cfg, run_dir, result, err)
             results[i] = finish_result(run_dir, result, started, output.result_file)
@@ -436,7 +439,14 @@ def _prepare(
 def _finish(
     cell: _Cell, error: Exception | None, group: dict[str, Any], result_file: str
 ) -> dict[str, Any]:
-    """Fill the training fields, conclude or record the failure, write the result."""
+    """Fill the training fields, conclude or record the failure, write the result.
+
+    The cell's ``wall_time_s`` is its share of the group's wall: its own setup, the
+    training time charged to it and its own conclusion, so that a sweep's cells add up to
+    the time the group took (``lockstep.wall_time == "share"``), never the group's whole
+    wall once per member.
+    """
+    began = time.perf_counter()
     module, result = cell.module, cell.result
     result["history"] = module.history
     result["trainable_params_history"] = module.adaptation.trainable_history
@@ -452,7 +462,7 @@ def _finish(
             raise error
         except Exception as err:  # in an except block: the traceback is the error's
             record_failure(cell.cfg, cell.run_dir, result, err)
-    return finish_result(cell.run_dir, result, cell.started, result_file)
+    return finish_result(cell.run_dir, result, began - cell.setup_s - cell.seconds, result_file)
 
 
 def train_group(
@@ -532,6 +542,7 @@ def _train_cells(
         "size": len(cells),
         "stacked": sum(len(u.cells) for u in units if isinstance(u, _Stack)),
         "device": str(device),
+        "wall_time": "share",  # each cell's wall_time_s is its share (see _finish)
     }
     log.info("lock-step group of %d cells (%d stacked) on %s", len(cells), group["stacked"], device)
     timer = TrainLoopTimer()

@@ -48,8 +48,13 @@ def git_commit() -> dict[str, Any]:
 
     Committed outputs (``results/``, ``reports/``) are not code: a sweep that rewrites
     them (collect at its end) does not make the next cell's tree "dirty". A copy without git
-    metadata reports the commit named by ``$HEADBENCH_GIT_COMMIT`` (:func:`_recorded_commit`).
+    metadata reports the commit named by ``$HEADBENCH_GIT_COMMIT`` (:func:`_recorded_commit`),
+    and so does any copy where that variable is set: it names the commit the copy was made
+    from, while a ``.git`` that travelled with a copy can be stale (the device tool's copy
+    carried one whose HEAD was days old).
     """
+    if os.environ.get(COMMIT_ENV, "").strip():
+        return _recorded_commit()
     repo = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(
