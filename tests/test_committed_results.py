@@ -65,7 +65,7 @@ def test_stored_configs_still_hash_to_their_stored_hash(name):
 #: Presets of more than 50 cells compose for a minute or more: run with -m slow.
 LARGE = {"fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte", "fair_heads_gpu"}
 #: Experiments resumed across sessions, committed as far as they got (their README says so).
-IN_PROGRESS = {"fair_table7", "curves_sst2_rte", "fair_heads_gpu"}
+IN_PROGRESS = {"curves_sst2_rte", "fair_heads_gpu"}
 
 
 @pytest.mark.parametrize(
