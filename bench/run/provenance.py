@@ -51,7 +51,7 @@ def git_commit() -> dict[str, Any]:
     metadata reports the commit named by ``$HEADBENCH_GIT_COMMIT`` (:func:`_recorded_commit`),
     and so does any copy where that variable is set: it names the commit the copy was made
     from, while a ``.git`` that travelled with a copy can be stale (the device tool's copy
-    carried one whose HEAD was days old).
+    carried one whose HEAD named an older commit).
     """
     if os.environ.get(COMMIT_ENV, "").strip():
         return _recorded_commit()
