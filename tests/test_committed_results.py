@@ -63,7 +63,14 @@ def test_stored_configs_still_hash_to_their_stored_hash(name):
 
 
 #: Presets of more than 50 cells compose for a minute or more: run with -m slow.
-LARGE = {"fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte", "fair_heads_gpu"}
+LARGE = {
+    "fair_heads",
+    "fair_table7",
+    "fair_table7_probe",
+    "variance_seeds",
+    "curves_sst2_rte",
+    "fair_heads_gpu",
+}
 #: Experiments resumed across sessions, committed as far as they got (their README says so).
 IN_PROGRESS = {"curves_sst2_rte", "fair_heads_gpu"}
 

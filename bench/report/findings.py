@@ -21,6 +21,7 @@ from bench.atomic import atomic_write
 from bench.report.context import build_context, points, pvalue, short_metric
 from bench.report.headline import headline_comparisons, headline_frame, tested_phrase
 from bench.report.inputs import load_inputs
+from bench.report.layer_profile import profile_sentence
 from bench.report.readme import what_ran
 from bench.report.selfcheck import selfcheck_sentence
 from bench.report.style import task_title
@@ -39,12 +40,20 @@ from bench.results.curves import (
     size_range,
     size_text,
 )
+from bench.results.geometry import read_geometry
 from bench.results.predictions import read_predictions
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 #: The reference experiments under the evaluation protocol, in the order shown.
-EXPERIMENTS = ("fair_heads", "fair_table7", "variance_seeds", "curves_sst2_rte", "fair_heads_gpu")
+EXPERIMENTS = (
+    "fair_heads",
+    "fair_table7",
+    "fair_table7_probe",
+    "variance_seeds",
+    "curves_sst2_rte",
+    "fair_heads_gpu",
+)
 
 
 def experiment_finding(source: Path) -> str:
@@ -98,6 +107,9 @@ def experiment_finding(source: Path) -> str:
     variance = variance_sentence(ctx.inputs.table)
     if variance is not None:  # only studies that cross seeds with order seeds
         text += f" {variance}"
+    profile = profile_sentence(ctx.inputs.table, ctx.inputs.refs, read_geometry(source))
+    if profile is not None:  # only per-layer probes
+        text += f" {profile}"
     selfcheck = selfcheck_sentence(ctx.inputs.selfcheck, ctx.inputs.table)
     if selfcheck is not None:  # only results with a committed selfcheck.json
         text += f" {selfcheck}"

@@ -36,7 +36,9 @@ from bench.report.headline import (
     tested_phrase,
 )
 from bench.report.inputs import load_inputs
+from bench.report.layer_profile import profile_section
 from bench.report.style import seeds_text, task_title
+from bench.results.geometry import read_geometry
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 
 README = "README.md"
@@ -362,6 +364,9 @@ def experiment_readme(source: str | Path) -> str:
     paper = table7_section(ctx)
     if paper:
         parts.append(paper)
+    profile = profile_section(ctx.inputs.table, ctx.inputs.refs, read_geometry(source))
+    if profile:
+        parts.append(profile)
     parts.append("## Cost (measured)\n\n" + "\n".join(cost_lines(ctx)))
     parts.append("## Provenance\n\n" + "\n".join(provenance_lines(ctx)))
     return "\n\n".join(parts) + "\n"

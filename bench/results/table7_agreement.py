@@ -68,7 +68,7 @@ def _frozen_bilstm(frame: pd.DataFrame, split: str) -> pd.DataFrame:
     return mine[mine["layers"].isin(names)]
 
 
-def _paper(refs: pd.DataFrame) -> pd.Series:
+def paper_scores(refs: pd.DataFrame) -> pd.Series:
     """The paper's dev F1 (×100) by setting."""
     rows = refs[(refs["task"] == TABLE7_TASK) & (refs["split"] == "dev") & (refs["metric"] == "f1")]
     return rows.set_index("setting")["value"].astype(float)
@@ -89,7 +89,7 @@ def selection_rows(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     """
     cells = _frozen_bilstm(stats.cell_stats(table, split=split), split)
     cells = cells[cells["n"] > 0]
-    paper = _paper(refs)
+    paper = paper_scores(refs)
     out = []
     names = dict(FROZEN_ROWS)
     order = {s: i for i, (s, _) in enumerate(FROZEN_ROWS)}

@@ -14,7 +14,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -122,6 +122,36 @@ class CellSetup:
     report: bool
 
 
+def build_datamodule(cfg: DictConfig) -> Any:
+    """The cell's data module, as configured (not yet set up).
+
+    Args:
+        cfg: The cell's config.
+
+    Returns:
+        The task kind's data module (:func:`bench.model.task_types.task_type`), with the
+        cell's tokenizer, data subset, selection slice and batch order.
+    """
+    encoder = OmegaConf.to_container(cfg.encoder, resolve=True)
+    cache = OmegaConf.to_container(cfg.cache, resolve=True) if "cache" in cfg else None
+    assert isinstance(encoder, dict) and (cache is None or isinstance(cache, dict))
+    kind = task_type(get_task(cfg.task.name))
+    return kind.datamodule(
+        load_tokenizer(cast(dict[str, Any], encoder)),
+        data_dir=cfg.data.dir,
+        train_size=cfg.data.train_size,
+        data_seed=int(cfg.data_seed),
+        max_length=int(cfg.data.max_length),
+        batch_size=int(cfg.data.batch_size),
+        eval_batch_size=int(cfg.data.eval_batch_size),
+        num_workers=int(cfg.data.num_workers),
+        group_by_length=cfg.data.get("group_by_length", False),
+        token_cache_dir=cache_dir(cast(dict[str, Any] | None, cache), "tokenized"),
+        selection=_selection_config(cfg),
+        order_seed=OmegaConf.select(cfg, "order_seed", default=None),
+    )
+
+
 def prepare_cell(
     cfg: DictConfig,
     result: dict[str, Any],
@@ -152,24 +182,7 @@ def prepare_cell(
     kind = task_type(spec)  # everything that differs between sequence and token tasks
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
-    if shared is not None:
-        datamodule = shared.datamodule
-    else:
-        tokenizer = load_tokenizer(plain["encoder"])
-        datamodule = kind.datamodule(
-            tokenizer,
-            data_dir=cfg.data.dir,
-            train_size=cfg.data.train_size,
-            data_seed=int(cfg.data_seed),
-            max_length=int(cfg.data.max_length),
-            batch_size=int(cfg.data.batch_size),
-            eval_batch_size=int(cfg.data.eval_batch_size),
-            num_workers=int(cfg.data.num_workers),
-            group_by_length=cfg.data.get("group_by_length", False),
-            token_cache_dir=cache_dir(plain.get("cache"), "tokenized"),
-            selection=_selection_config(cfg),
-            order_seed=OmegaConf.select(cfg, "order_seed", default=None),
-        )
+    datamodule = shared.datamodule if shared is not None else build_datamodule(cfg)
     frozen_encoder = None
     first = shared.module if shared is not None else None
     if (
