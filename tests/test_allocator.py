@@ -104,6 +104,7 @@ def _fine_tune(tmp_path, malloc: str) -> dict:
     return json.loads((tmp_path / malloc / "result.json").read_text())
 
 
+@pytest.mark.slow  # two full trainings compared number by number
 @pytest.mark.skipif(not GLIBC, reason="the tuning is glibc's mallopt")
 def test_the_setting_changes_no_number(tmp_path):
     default, tuned = _fine_tune(tmp_path, "default"), _fine_tune(tmp_path, "tuned")

@@ -361,6 +361,7 @@ TINY_CURVE = (
 )
 
 
+@pytest.mark.slow  # a real curve sweep, about a minute; the pieces are tested above
 def test_a_tiny_curve_sweep_runs_collects_and_reports_its_points(data_dir, tmp_path):
     runs, results, page = tmp_path / "runs", tmp_path / "results", tmp_path / "report.html"
     proc = subprocess.run(

@@ -97,6 +97,7 @@ def _history(results: Path) -> pd.DataFrame:
     return history.sort_values(keys).reset_index(drop=True)
 
 
+@pytest.mark.slow  # a sweep per launcher: about 2 minutes on two cores
 @needs_plugins
 def test_every_launcher_collects_the_same_table(sweeps):
     basic = _scores(sweeps["basic"] / "results")
@@ -121,6 +122,7 @@ def _cache_record(runs: Path, seed: int) -> dict:
     return json.loads(result.read_text())["cache"]
 
 
+@pytest.mark.slow  # shares the sweeps above
 @needs_plugins
 def test_two_concurrent_jobs_needing_one_cache_entry_run_the_encoder_once(sweeps):
     """joblib (n_jobs=2) starts both frozen cells at once; they need the same states."""

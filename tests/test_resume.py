@@ -171,6 +171,7 @@ def test_collect_keeps_the_latest_result_of_a_duplicated_cell(tmp_path):
 # --- real multiruns ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three sweeps from the command line; should_run is tested above
 def test_a_failing_cell_does_not_stop_the_sweep_and_reruns_only_when_asked(data_dir, tmp_path):
     """sst2/frozen diverges (NaN loss), rte fails (its files are missing), sst2/full is ok."""
     data = tmp_path / "data"
