@@ -8,7 +8,11 @@ import pytest
 from scipy import stats as sps
 from test_tables import _cell
 
+from bench.report.context import build_context
+from bench.report.inputs import ReportInputs
 from bench.report.layer_profile import profile_section, profile_sentence
+from bench.report.sections import layer_section
+from bench.results import stats
 from bench.results.layer_profile import last_layer_drop, paper_last_drop, profile_rows
 from bench.results.references import load_references
 
@@ -102,3 +106,13 @@ def test_the_section_has_one_row_per_layer_and_nothing_without_a_probe():
     assert "No geometry.json" in profile_section(_table(F1), refs, None)
     bilstm = _table(F1).assign(head="bilstm")
     assert profile_section(bilstm, refs, None) == ""
+
+
+def test_the_report_layer_section_shows_the_profile_and_the_geometry():
+    table = stats.normalize_table(_table(F1))
+    inputs = ReportInputs(source="probe", table=table, history=pd.DataFrame(), cells=[], launch={})
+    plain = layer_section(build_context(inputs)).body
+    assert "Layer profile" in plain and "Sentence share" not in plain
+    inputs.geometry = _geometry([0.1, 0.12, 0.15, 0.3])
+    body = layer_section(build_context(inputs)).body
+    assert "Both point the same way" in body and "0.300" in body and "Sentence share" in body

@@ -40,7 +40,6 @@ from bench.results.curves import (
     size_range,
     size_text,
 )
-from bench.results.geometry import read_geometry
 from bench.results.predictions import read_predictions
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -107,7 +106,7 @@ def experiment_finding(source: Path) -> str:
     variance = variance_sentence(ctx.inputs.table)
     if variance is not None:  # only studies that cross seeds with order seeds
         text += f" {variance}"
-    profile = profile_sentence(ctx.inputs.table, ctx.inputs.refs, read_geometry(source))
+    profile = profile_sentence(ctx.inputs.table, ctx.inputs.refs, ctx.inputs.geometry)
     if profile is not None:  # only per-layer probes
         text += f" {profile}"
     selfcheck = selfcheck_sentence(ctx.inputs.selfcheck, ctx.inputs.table)

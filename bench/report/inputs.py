@@ -18,6 +18,7 @@ import pandas as pd
 from bench.data.text_lines import read_text
 from bench.results import stats
 from bench.results.collect import read_history, read_results, read_table, tidy
+from bench.results.geometry import read_geometry
 from bench.results.predictions import predictions_table, read_predictions
 from bench.results.references import load_references
 from bench.results.rescore import verified
@@ -51,6 +52,8 @@ class ReportInputs:
             empty when the sweep ran no search.
         selfcheck: The committed self-check record beside the results table
             (:func:`bench.results.selfcheck_record.read_record`), or None.
+        geometry: The committed ``geometry.json`` beside the results table
+            (:func:`bench.results.geometry.read_geometry`), or None.
     """
 
     source: str
@@ -63,6 +66,7 @@ class ReportInputs:
     trials: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TRIALS_TABLE_COLUMNS))
     predictions: pd.DataFrame = field(default_factory=lambda: predictions_table([]))
     selfcheck: dict[str, Any] | None = None
+    geometry: dict[str, Any] | None = None
 
 
 def load_inputs(path: str | Path) -> ReportInputs:
@@ -100,6 +104,7 @@ def load_inputs(path: str | Path) -> ReportInputs:
             trials=read_trials(folder),
             predictions=read_predictions(folder),
             selfcheck=read_record(folder),
+            geometry=read_geometry(folder),
         )
     results, problems = read_results([path])
     if not results and not problems:

@@ -38,7 +38,6 @@ from bench.report.headline import (
 from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
 from bench.report.style import seeds_text, task_title
-from bench.results.geometry import read_geometry
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 
 README = "README.md"
@@ -364,7 +363,7 @@ def experiment_readme(source: str | Path) -> str:
     paper = table7_section(ctx)
     if paper:
         parts.append(paper)
-    profile = profile_section(ctx.inputs.table, ctx.inputs.refs, read_geometry(source))
+    profile = profile_section(ctx.inputs.table, ctx.inputs.refs, ctx.inputs.geometry)
     if profile:
         parts.append(profile)
     parts.append("## Cost (measured)\n\n" + "\n".join(cost_lines(ctx)))

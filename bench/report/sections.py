@@ -10,6 +10,7 @@ import pandas as pd
 import bench.report.figures as figures
 from bench.report.context import ReportContext, points, short_metric
 from bench.report.html import Section, esc, figure, paragraph, table
+from bench.report.layer_profile import profile_sentence
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.curves import freeze_text, whole_number
@@ -18,6 +19,7 @@ from bench.results.render import html_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+from bench.results.geometry import geometry_rows
 from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK
 from bench.results.tables import GLUE_COLUMNS, build
 
@@ -385,6 +387,32 @@ def layer_section(ctx: ReportContext) -> Section:
             "Ours: mean over seeds, error bars min–max; grey: published numbers.",
         ),
     ]
+    profile = profile_sentence(ctx.inputs.table, ctx.inputs.refs, ctx.inputs.geometry)
+    if profile is not None:  # a per-layer probe: what it and the geometry show
+        parts.append(f"<h3>Layer profile</h3>{paragraph(profile)}")
+        if ctx.inputs.geometry is not None:
+            geo = geometry_rows(ctx.inputs.geometry)
+            parts.append(
+                table(
+                    ["Layer", "Sentence share", "Word-to-sentence cosine", "Cross-sentence cosine"],
+                    [
+                        [
+                            int(g["layer"]),
+                            f"{g['sentence_share']:.3f}",
+                            f"{g['word_to_sentence_cos']:.3f}",
+                            f"{g['anisotropy']:.3f}",
+                        ]
+                        for _, g in geo.iterrows()
+                    ],
+                    caption=(
+                        "Geometry of each layer's word states on the selection slice "
+                        "(python -m bench.run.geometry): the share of their variance between "
+                        "sentences, and mean cosines of a word to its sentence's mean and "
+                        "of two words of different sentences."
+                    ),
+                    numeric=[0, 1, 2, 3],
+                )
+            )
     if TABLE7_TASK in set(frame["task"]):
         doc = build(ctx.inputs.table, "table7", ctx.inputs.refs)
         parts.append(f"<h3>{esc(doc.title)}</h3>")
