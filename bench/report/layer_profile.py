@@ -162,7 +162,12 @@ def profile_section(
         "the word states' variance between sentences (0: none, 1: every word of a sentence "
         "alike); cosines: a word's state against its sentence's mean state, and two words "
         "of different sentences (anisotropy). Words read at their first sub-token on the "
-        "selection slice (held out from train), by `python -m bench.run.geometry`."
+        "selection slice (held out from train), by `python -m bench.run.geometry`"
+        + (
+            f" at `{str(geometry['git']['commit'])[:7]}`."
+            if geometry is not None and (geometry.get("git") or {}).get("commit")
+            else "."
+        )
         if geo is not None
         else "Dev entity F1 ×100 of the selected model per seed. No geometry.json yet "
         "(`python -m bench.run.geometry results/<experiment>`).",

@@ -182,6 +182,10 @@ def head_rows(ctx: ReportContext) -> list[list[object]]:
     ]
 
 
+#: The experiment that tests what explains a Table 7 ordering (its README's layer profile).
+PROBE_EXPERIMENT = "fair_table7_probe"
+
+
 def table7_section(ctx: ReportContext) -> str:
     """BERT Table 7's layer selections: our ordering beside the paper's ("" when not run).
 
@@ -220,6 +224,14 @@ def table7_section(ctx: ReportContext) -> str:
         "Dev entity F1 ×100; rank 1 = best; the paper's encoder is BERT-base: compare the "
         "orderings, not the numbers.",
     ]
+    probe = Path(ctx.inputs.source).parent / PROBE_EXPERIMENT
+    if (probe / "README.md").is_file():
+        lines += [
+            "",
+            f"What explains the difference: [`{PROBE_EXPERIMENT}`](../{PROBE_EXPERIMENT}/"
+            "README.md#layer-profile-what-explains-fair_table7s-ordering) probes each single "
+            "layer under this budget and measures the geometry of each layer's word states.",
+        ]
     return "\n".join(lines)
 
 
