@@ -88,6 +88,11 @@ def test_linear_family_in_lockstep_equals_each_cell_alone(compose_cfg, data_dir,
         _same_numbers(a, b, tol=0.0)  # the same kernels: bit for bit on CPU
         assert b["lockstep"]["size"] == len(cells)
         assert 0 < b["train_time_s"] < b["lockstep"]["train_s"]
+        # its phases: its own setup (the first cell builds data and features for the group),
+        # its share of the training, its own conclusion; no Trainer is built in a group
+        assert set(b["phases_s"]) == {"data", "model", "features", "fit", "conclude"}
+        assert b["phases_s"]["fit"] == b["train_time_s"]
+        assert sum(b["phases_s"].values()) <= b["wall_time_s"] + 1e-6
         for name in ("predictions_dev.csv", "predictions_select.csv"):
             left = (tmp_path / "alone" / str(i) / name).read_text()
             right = (tmp_path / "together" / str(i) / name).read_text()

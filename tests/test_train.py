@@ -14,7 +14,9 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from bench.cell import cell_path
 from bench.data.tasks import get_task
+from bench.report.readme import phase_line
 from bench.results.run_records import read_launch_log
+from bench.run.timing import PHASES, phase
 from bench.run.train import run
 from conftest import ROOT
 
@@ -91,6 +93,11 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
     tp = on_disk["throughput"]
     assert tp["examples"] == 2 * 96 and tp["batches"] == 2 * 96 // 16
     assert 0 < tp["train_loop_s"] < on_disk["train_time_s"] and tp["train_loop_cpu_s"] > 0
+    # Where the wall time went: every phase once, inside the cell's wall time.
+    phases = on_disk["phases_s"]
+    assert set(phases) == set(PHASES) and all(v >= 0 for v in phases.values())
+    assert phases["fit"] <= on_disk["train_time_s"]
+    assert sum(phases.values()) <= on_disk["wall_time_s"]
     # Predictions per example id, consistent with the recorded best metric.
     rows = _read_predictions(tmp_path / "predictions_dev.csv")
     assert sorted(int(r["idx"]) for r in rows) == list(range(872))
@@ -320,3 +327,27 @@ def test_config_hash_follows_what_changes_the_numbers(compose_cfg):
     assert config_hash(compose_cfg("seed=2", "data.dir=/a")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "head.dropout=0.2")) != base
     assert config_hash(compose_cfg("seed=1", "data.dir=/a", "data.train_size=10")) != base
+
+
+def test_a_phase_adds_its_seconds_even_when_the_block_raises():
+    result: dict = {}
+    with phase(result, "data"):
+        pass
+    with pytest.raises(RuntimeError), phase(result, "data"):
+        raise RuntimeError("stop")
+    assert set(result["phases_s"]) == {"data"} and result["phases_s"]["data"] >= 0
+    with pytest.raises(ValueError, match="valid: data, model"), phase(result, "loading"):
+        pass
+
+
+def test_the_cost_line_gives_median_phases_and_the_rest():
+    cells = [
+        {"wall_time_s": 10.0, "phases_s": {"data": 1.0, "fit": 6.0}},
+        {"wall_time_s": 20.0, "phases_s": {"data": 3.0, "fit": 12.0}},
+        {"wall_time_s": 30.0, "phases_s": {"data": 2.0, "fit": 20.0}},
+        {"wall_time_s": 5.0},  # older code: no phases
+    ]
+    line = phase_line(cells)
+    assert "over the 3 cells" in line
+    assert "data 2.00, fit 12.00; the rest (start-up, writing the result) 5.00." in line
+    assert phase_line([{"wall_time_s": 1.0}]) == ""

@@ -235,6 +235,30 @@ def table7_section(ctx: ReportContext) -> str:
     return "\n".join(lines)
 
 
+def phase_line(cells: Sequence[dict[str, Any]]) -> str:
+    """Where a cell's wall time goes: the median seconds of each phase ("" when unrecorded).
+
+    Args:
+        cells: Per-cell provenance records; those with ``phases_s`` count
+            (:data:`bench.run.timing.PHASES`, recorded since the phases were timed).
+
+    Returns:
+        One Markdown bullet, or "".
+    """
+    timed = [c for c in cells if isinstance(c.get("phases_s"), dict)]
+    if not timed:
+        return ""
+    frame = pd.DataFrame([c["phases_s"] for c in timed])
+    rest = pd.Series([float(c.get("wall_time_s") or 0.0) for c in timed]) - frame.sum(axis=1)
+    parts = [f"{name} {frame[name].median():.2f}" for name in frame.columns]
+    return (
+        f"- Where a cell's wall time goes (median seconds over the {len(timed)} cells that "
+        "record it; a lock-step cell's fit is its share of the group's): "
+        + ", ".join(parts)
+        + f"; the rest (start-up, writing the result) {rest.median():.2f}."
+    )
+
+
 def cost_lines(ctx: ReportContext) -> list[str]:
     """Measured cost: training, tuning and wall time, and where it ran."""
     cells = [c for c in ctx.inputs.cells if isinstance(c, dict)]
@@ -259,6 +283,9 @@ def cost_lines(ctx: ReportContext) -> list[str]:
     lines.append(
         "- Hardware: " + "; ".join(f"{m} ({n} cells)" for m, n in machines.most_common()) + "."
     )
+    phases = phase_line(cells)
+    if phases:
+        lines.append(phases)
     whole = sum(
         1
         for c in cells

@@ -95,7 +95,8 @@ def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]
     Also what chose the cell's configuration and epoch: ``search`` (the result's search
     record, None without a search) and ``selection`` (its selection record without the
     slice's example ids, which stay in ``result.json``). A cell trained in a lock-step group
-    also keeps its ``lockstep`` record (group size, device, how its wall time was counted).
+    also keeps its ``lockstep`` record (group size, device, how its wall time was counted),
+    and a cell that recorded them its ``phases_s`` (where its wall time went).
     """
     return [
         {
@@ -104,6 +105,7 @@ def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]
             "search": res.get("search"),
             "selection": _without_ids(res.get("selection")),
             **({"lockstep": res["lockstep"]} if res.get("lockstep") else {}),
+            **({"phases_s": res["phases_s"]} if res.get("phases_s") else {}),
         }
         for res in results
     ]

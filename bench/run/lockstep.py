@@ -63,7 +63,7 @@ from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_k
 from bench.run.preflight import check_cell
 from bench.run.search import enabled as search_enabled
 from bench.run.search import pending_trials, read_trial, trial_lock
-from bench.run.timing import TrainLoopTimer, count_batch
+from bench.run.timing import TrainLoopTimer, count_batch, phase
 from bench.run.train import (
     CellSetup,
     conclude_cell,
@@ -451,9 +451,11 @@ def _finish(
     result["history"] = module.history
     result["trainable_params_history"] = module.adaptation.trainable_history
     result["lockstep"] = group
+    result.setdefault("phases_s", {})["fit"] = cell.seconds  # its share of the group's
     if error is None:
         try:
-            conclude_cell(cell.cfg, cell.run_dir, result, cell.setup)
+            with phase(result, "conclude"):
+                conclude_cell(cell.cfg, cell.run_dir, result, cell.setup)
             result["status"] = "ok"
         except Exception as err:
             record_failure(cell.cfg, cell.run_dir, result, err)

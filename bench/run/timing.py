@@ -1,12 +1,44 @@
-"""Training-loop time and work of a cell, validation excluded (for throughput and FLOP/s)."""
+"""A cell's time: the training loop's, and where its whole wall time goes.
+
+:class:`TrainLoopTimer` times the training epochs without their validation and counts what
+they processed (for throughput and FLOP/s); :func:`phase` times the phases of a cell.
+"""
 
 from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
+
+#: The phases of a cell's wall time a result records under ``phases_s`` (seconds each):
+#: the data module (tokenizer, reading and tokenizing the splits), the model (the encoder
+#: loaded, the head built), the frozen features (the cache read and checked, or built),
+#: the Lightning ``Trainer`` built, training (epochs, selection and reporting passes; in a
+#: lock-step group the cell's share), and the conclusion (scores chosen, predictions written).
+PHASES = ("data", "model", "features", "trainer", "fit", "conclude")
+
+
+@contextmanager
+def phase(result: dict[str, Any], name: str) -> Iterator[None]:
+    """Add the seconds the block takes to ``result["phases_s"][name]`` (also when it raises).
+
+    Args:
+        result: The cell's result being built.
+        name: One of :data:`PHASES`.
+    """
+    if name not in PHASES:
+        raise ValueError(f"unknown phase {name!r}; valid: {', '.join(PHASES)}")
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases = result.setdefault("phases_s", {})
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+
 
 #: What :func:`count_batch` adds up over training batches.
 BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")

@@ -39,7 +39,7 @@ from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
 from bench.run.packing import estimate_cell
 from bench.run.preflight import check_cell, check_max_length
-from bench.run.timing import TrainLoopTimer
+from bench.run.timing import TrainLoopTimer, phase
 from bench.run.trackers import CellTracker, cell_loggers, check_logger, open_tracker
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,8 @@ def prepare_cell(
     kind = task_type(spec)  # everything that differs between sequence and token tasks
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
-    datamodule = shared.datamodule if shared is not None else build_datamodule(cfg)
+    with phase(result, "data"):
+        datamodule = shared.datamodule if shared is not None else build_datamodule(cfg)
     frozen_encoder = None
     first = shared.module if shared is not None else None
     if (
@@ -193,17 +194,18 @@ def prepare_cell(
         # the group's frozen encoder; loading another copy would draw nothing either (a
         # pretrained-pooler head reads the pooler the first module removed: its own copy)
         frozen_encoder = (first.encoder, first.encoder_info)
-    module = HeadbenchModule(
-        encoder=plain["encoder"],
-        head=plain["head"],
-        freeze=plain["freeze"],
-        task=spec.name,
-        optim=plain["optim"],
-        dev_names=datamodule.eval_names,
-        # a search trial is never scored on a reporting split: it only selects
-        report_names=datamodule.report_names if report else [],
-        frozen_encoder=frozen_encoder,
-    )
+    with phase(result, "model"):
+        module = HeadbenchModule(
+            encoder=plain["encoder"],
+            head=plain["head"],
+            freeze=plain["freeze"],
+            task=spec.name,
+            optim=plain["optim"],
+            dev_names=datamodule.eval_names,
+            # a search trial is never scored on a reporting split: it only selects
+            report_names=datamodule.report_names if report else [],
+            frozen_encoder=frozen_encoder,
+        )
     info = module.encoder_info
     check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
     result["encoder_info"] = module.encoder_info.to_dict()
@@ -212,20 +214,22 @@ def prepare_cell(
     result["adaptation"] = module.adaptation.record
     # What packing (bench/run/packing.py) assumes this cell needs, beside its measured peak.
     result["memory_estimate"] = memory_estimate(cfg)
-    if shared is None:
-        datamodule.setup("fit")
+    with phase(result, "data"):
+        if shared is None:
+            datamodule.setup("fit")
     assert datamodule.train is not None
     result["data"] = {
         "source": str(cfg.data.dir) if cfg.data.dir else "hub",
         **datamodule.describe(),
         "order_seed": datamodule.order_seed,  # None: the batch order came from `seed`
     }
-    if shared is None:
-        served = serve_features(module, datamodule, plain.get("cache"))
-        if served.plan is not None:  # frozen layers are read from the cache, not recomputed
-            datamodule.use_splits(served.splits, StatesCollate)
-    else:
-        served = shared.served
+    with phase(result, "features"):  # a group's later cells reuse the first one's
+        if shared is None:
+            served = serve_features(module, datamodule, plain.get("cache"))
+            if served.plan is not None:  # frozen layers are read from the cache
+                datamodule.use_splits(served.splits, StatesCollate)
+        else:
+            served = shared.served
     result["cache"] = served.record
     if served.plan is not None:
         module.use_cached_states(served.plan)
@@ -254,21 +258,23 @@ def _train(
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
     timer = TrainLoopTimer()
-    trainer = L.Trainer(
-        **trainer_strategy({str(k): v for k, v in trainer_kwargs.items()}),  # ddp_spawn
-        callbacks=[timer, ConfigureMalloc(malloc)],
-        default_root_dir=run_dir,
-        logger=cell_loggers(cfg, run_dir, tracker),  # CSV, TensorBoard, the tracker
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        enable_progress_bar=sys.stderr.isatty(),
-        enable_model_summary=False,
-    )
+    with phase(result, "trainer"):
+        trainer = L.Trainer(
+            **trainer_strategy({str(k): v for k, v in trainer_kwargs.items()}),  # ddp_spawn
+            callbacks=[timer, ConfigureMalloc(malloc)],
+            default_root_dir=run_dir,
+            logger=cell_loggers(cfg, run_dir, tracker),  # CSV, TensorBoard, the tracker
+            enable_checkpointing=False,
+            num_sanity_val_steps=0,
+            enable_progress_bar=sys.stderr.isatty(),
+            enable_model_summary=False,
+        )
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=datamodule)
+        with phase(result, "fit"):
+            trainer.fit(module, datamodule=datamodule)
     finally:
         result["train_time_s"] = time.perf_counter() - started
         result["throughput"] = timer.summary()
@@ -276,7 +282,8 @@ def _train(
         # trainable parameters at the start and at every change; params: the maximum
         result["trainable_params_history"] = module.adaptation.trainable_history
         result["params"] = module.parameter_counts()
-    conclude_cell(cfg, run_dir, result, setup)
+    with phase(result, "conclude"):
+        conclude_cell(cfg, run_dir, result, setup)
 
 
 def conclude_cell(cfg: DictConfig, run_dir: Path, result: dict[str, Any], setup: CellSetup) -> None:
