@@ -27,7 +27,7 @@ from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.model.encoders import load_tokenizer
-from bench.report.budget import budget_lines, unequal_settings
+from bench.report.budget import budget_lines, missing_heads, unequal_settings
 from bench.report.context import build_context
 from bench.report.findings import curves_sentence
 from bench.report.headline import headline_frame
@@ -333,6 +333,17 @@ def test_the_budget_names_a_curves_sizes_once_and_does_not_call_them_unequal():
     assert len(lines) == 2 and all("the same slice at every training size" in x for x in lines)
     assert lines[0].startswith("frozen (rte):") and "100 or 400 training examples" in lines[0]
     assert lines[1].startswith("frozen (sst2):") and "100, 400 or 1,600 training" in lines[1]
+    assert missing_heads(cells) == []  # every setting has both heads
+    partial = [*cells, record("sst2", "c", 1600), record("sst2", "c", 400)]
+    assert missing_heads(partial) == [
+        "rte / m / frozen / 100 examples: no c cells (its verdict compares the other 2 heads)",
+        "rte / m / frozen / 400 examples: no c cells (its verdict compares the other 2 heads)",
+        "sst2 / m / frozen / 100 examples: no c cells (its verdict compares the other 2 heads)",
+    ]
+    assert missing_heads([record("rte", "a", 100), record("sst2", "b", 100)]) == [
+        "rte / m / frozen: no b cells (its verdict compares one head)",
+        "sst2 / m / frozen: no a cells (its verdict compares one head)",
+    ]
     cells[0]["config"]["optim"] = {"frozen_head_lr": 0.01}  # one head of one size differs
     assert unequal_settings(cells) == [
         "sst2 / m / frozen / 100 examples: unequal budgets (a: no tuning: one fixed "

@@ -147,6 +147,49 @@ def unequal_settings(cells: Iterable[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def missing_heads(cells: Iterable[dict[str, Any]]) -> list[str]:
+    """One line per setting that lacks heads other settings of the experiment have.
+
+    A setting is a task, encoder, freezing strategy and training size; its verdict compares
+    only the heads that ran there, which a reader of a partly run experiment must be told.
+
+    Args:
+        cells: Per-cell provenance records (``cell`` with ``task``, ``encoder``,
+            ``head_label``, ``freeze_label``, ``train_size``).
+
+    Returns:
+        Lines such as ``cola / minilm / frozen: no bilstm cells (its verdict compares the
+        other 4 heads)``; empty when every setting has every head.
+    """
+    heads: dict[tuple[str, str, str, Any], set[str]] = defaultdict(set)
+    for c in cells:
+        cell = c.get("cell") or {}
+        key = (
+            str(cell.get("task")),
+            str(cell.get("encoder")),
+            str(cell.get("freeze_label")),
+            cell.get("train_size"),
+        )
+        heads[key].add(str(cell.get("head_label")))
+    every = set().union(*heads.values()) if heads else set()
+    sizes: dict[tuple[str, str, str], set[Any]] = defaultdict(set)
+    for task, encoder, freeze, size in heads:
+        sizes[(task, encoder, freeze)].add(size)
+    lines = []
+    for (task, encoder, freeze, size), found in sorted(
+        heads.items(), key=lambda kv: (kv[0][:3], whole_number(kv[0][3]))
+    ):
+        absent = sorted(every - found)
+        if not absent:
+            continue
+        where = f"{task} / {encoder} / {freeze}"
+        if len(sizes[(task, encoder, freeze)]) > 1:  # one size of a learning curve
+            where += f" / {size_text(size)}"
+        others = f"the other {len(found)} heads" if len(found) > 1 else "one head"
+        lines.append(f"{where}: no {', '.join(absent)} cells (its verdict compares {others})")
+    return lines
+
+
 def _values(values: tuple[Any, ...]) -> str:
     return "{" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) + "}"
 

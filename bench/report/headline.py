@@ -16,7 +16,13 @@ import numpy as np
 import pandas as pd
 
 import bench.report.figures as figures
-from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
+from bench.report.budget import (
+    budget_lines,
+    dev_selected,
+    missing_heads,
+    tuning_seconds,
+    unequal_settings,
+)
 from bench.report.context import ReportContext, interval, points, pvalue, short_metric
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
@@ -276,6 +282,15 @@ def budget_parts(ctx: ReportContext) -> list[str]:
             paragraph(
                 "Unequal budgets: in these settings the heads were not tuned alike, so a win "
                 "may be the budget's, not the head's: " + "; ".join(unequal),
+                "warning",
+            )
+        )
+    missing = missing_heads(cells)
+    if missing:
+        parts.append(
+            paragraph(
+                "Not every head ran everywhere: these settings' verdicts compare fewer heads "
+                "than the experiment has: " + "; ".join(missing),
                 "warning",
             )
         )

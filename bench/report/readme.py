@@ -20,7 +20,13 @@ from typing import IO, Any
 import pandas as pd
 
 from bench.atomic import atomic_write
-from bench.report.budget import budget_lines, dev_selected, tuning_seconds, unequal_settings
+from bench.report.budget import (
+    budget_lines,
+    dev_selected,
+    missing_heads,
+    tuning_seconds,
+    unequal_settings,
+)
 from bench.report.context import (
     ReportContext,
     build_context,
@@ -343,7 +349,7 @@ def experiment_readme(source: str | Path) -> str:
         "## Budget (the same for every head of a comparison)\n\n"
         + "\n".join(f"- {line}" for line in budget_lines(cells)),
     ]
-    warnings = unequal_settings(cells)
+    warnings = unequal_settings(cells) + missing_heads(cells)
     on_dev = dev_selected(cells)
     if on_dev:
         warnings.append(
@@ -351,7 +357,9 @@ def experiment_readme(source: str | Path) -> str:
             "(selection=dev): optimistic."
         )
     if warnings:
-        parts.append("**Caveats.** " + " ".join(warnings))
+        parts.append(
+            "**Caveats.** " + " ".join(w if w.endswith(".") else f"{w}." for w in warnings)
+        )
     if not frame.empty:
         parts.append(
             "## Verdict\n\n"
