@@ -72,7 +72,7 @@ LARGE = {
     "fair_heads_gpu",
 }
 #: Experiments resumed across sessions, committed as far as they got (their README says so).
-IN_PROGRESS = {"curves_sst2_rte", "fair_heads_gpu"}
+IN_PROGRESS = {"fair_heads_gpu"}
 
 
 @pytest.mark.parametrize(
