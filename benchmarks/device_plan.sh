@@ -10,7 +10,7 @@
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
 #    $OUT/perf_gpu.json, resumed from the carried one;
 # 4. bench: the rest of the time on fair_heads_gpu's frozen cells in lock-step, resumed from
-#    the carried run directories (MRPC and RTE are complete: STS-B, CoLA, then SST-2).
+#    the carried run directories (frozen MRPC, RTE, CoLA and STS-B are complete: SST-2).
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -23,7 +23,7 @@ steps=${PLAN_STEPS:-check tests perf bench}
 perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
 --ft-frameworks headbench,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
-bench_args=${BENCH_ARGS:-freeze=frozen task=stsb,cola,sst2 hydra/launcher=lockstep}
+bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 hydra/launcher=lockstep}
 started=$SECONDS
 
 # step WANT MODE ARGS...: MODE gets WANT seconds, or what is left of TOTAL when less.
