@@ -69,15 +69,19 @@ def profile_sentence(
         text = (
             f"A frozen linear probe on each single layer of {d['encoder']} reads best at "
             f"layer {d['peak']} ({_f(d['peak_mean'])} dev F1); the last layer (layer "
-            f"{d['last']}) reads {_f(-d['drop'])} points below {where} (95% t-interval of the "
-            f"difference {_f(d['low'])} to {_f(d['high'])}, {d['n']} paired seeds, paired "
-            f"t-test p = {pvalue(d['p'])})"
-            if d["drop"] < 0
-            else f"A frozen linear probe on each single layer of {d['encoder']} reads best at "
-            f"layer {d['peak']} ({_f(d['peak_mean'])} dev F1); the last layer (layer "
-            f"{d['last']}) reads no worse than {where} ({_f(d['drop'])} points, "
-            f"{d['n']} paired seeds, p = {pvalue(d['p'])})"
+            f"{d['last']}) reads "
         )
+        if d["drop"] < 0:
+            text += (
+                f"{_f(-d['drop'])} points below {where} (95% t-interval of the difference "
+                f"{_f(d['low'])} to {_f(d['high'])}, {d['n']} paired seeds, paired t-test "
+                f"p = {pvalue(d['p'])})"
+            )
+        else:
+            text += (
+                f"no worse than {where} ({_f(d['drop'])} points, {d['n']} paired seeds, "
+                f"p = {pvalue(d['p'])})"
+            )
         paper = paper_last_drop(refs)
         if pd.notna(paper):
             text += (
