@@ -9,8 +9,10 @@
 #    nvidia-smi sampler) and the device-resident cache's tests;
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
 #    $OUT/perf_gpu.json, resumed from the carried one;
-# 4. bench: the rest of the time on fair_heads_gpu's frozen cells in lock-step, resumed from
-#    the carried run directories (frozen MRPC, RTE, CoLA and STS-B are complete: SST-2).
+# 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
+#    separated by `::`), resumed from the carried run directories: frozen SST-2 in lock-step
+#    (frozen MRPC, RTE, CoLA and STS-B are complete), then fine-tuning, packed 4 to the GPU,
+#    on the small tasks, then on SST-2.
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -23,7 +25,10 @@ steps=${PLAN_STEPS:-check tests perf bench}
 perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
 --ft-frameworks headbench,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
-bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 hydra/launcher=lockstep}
+bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 hydra/launcher=lockstep \
+:: freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack runtime.cells_per_gpu=4 \
+:: freeze=full task=sst2 hydra/launcher=gpu_pack runtime.cells_per_gpu=4}
+check_args=${bench_args%% ::*} # check dry-runs the first part
 started=$SECONDS
 
 # step WANT MODE ARGS...: MODE gets WANT seconds, or what is left of TOTAL when less.
@@ -44,7 +49,7 @@ step() {
 for s in $steps; do
   case $s in
   # shellcheck disable=SC2086
-  check) step 75 check $bench_args ;;
+  check) step 75 check $check_args ;;
   tests)
     step 60 tests -x \
       tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone \

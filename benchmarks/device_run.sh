@@ -5,8 +5,8 @@
 #   bash benchmarks/device_run.sh check                # GPU, versions, encoder, data, the plan
 #   bash benchmarks/device_run.sh tests [pytest args]  # the tests with GPU paths, on the GPU
 #   bash benchmarks/device_run.sh perf [perf.py args]  # -> $OUT/perf_gpu.json (resumed)
-#   bash benchmarks/device_run.sh bench [overrides]    # a chunk of the experiment's sweep
-#                                                      # -> $OUT/fair_heads_gpu.tar.xz (resumed)
+#   bash benchmarks/device_run.sh bench [overrides] [:: overrides]...  # the experiment's
+#       sweep, part after part until the deadline -> $OUT/fair_heads_gpu.tar.xz (resumed)
 #
 # The work of each mode stops HB_DEADLINE_S seconds (default 570) after this script started,
 # less what saving needs, so a call with timeout_s=600 always returns its files; `python
@@ -161,10 +161,28 @@ bench)
     tar -xJf "$dev/resume/$exp.tar.xz" -C "$root" || exit 2
     summarize_runs
   fi
-  echo "[device_run] python -m bench -m experiment=$exp $* (log: \$OUT/bench.log)"
-  # 60 s kept for packing the run directories into $OUT.
-  run_for 60 "$py" -m bench -m "experiment=$exp" "$@" >"$out/bench.log" 2>&1
-  rc=$?
+  # Parts separated by `::` run in order, each resuming what is done; the next part starts
+  # when one ends for any reason but the deadline (a failed cell is recorded, not fatal).
+  : >"$out/bench.log"
+  rc=0
+  part=()
+  for arg in "$@" ::; do
+    if [ "$arg" != "::" ]; then
+      part+=("$arg")
+      continue
+    fi
+    [ "${#part[@]}" -eq 0 ] && [ -n "${ran:-}" ] && continue # `a ::` is `a`, not `a :: all`
+    ran=1
+    echo "[device_run] python -m bench -m experiment=$exp ${part[*]} (log: \$OUT/bench.log)" |
+      tee -a "$out/bench.log"
+    # 60 s kept for packing the run directories into $OUT.
+    run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" >>"$out/bench.log" 2>&1
+    part_rc=$?
+    echo "[device_run] part exit $part_rc after ${SECONDS}s" | tee -a "$out/bench.log"
+    [ "$part_rc" -ne 0 ] && rc=$part_rc # the call's exit: the last part that failed
+    [ "$part_rc" -eq 124 ] && break
+    part=()
+  done
   tail -n 30 "$out/bench.log"
   if [ -d "$runs" ]; then
     summarize_runs

@@ -441,3 +441,58 @@ def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
     assert usage.returncode == 2 and "usage" in usage.stderr
     bare = subprocess.run(["bash", str(script), "check"], capture_output=True, text=True, env=env)
     assert bare.returncode == 2 and "name .device in the call's carry" in bare.stderr
+
+
+# Stands in for the device's python (whose wheels are cp312 and cannot install here): pip
+# succeeds, `-m bench` records its arguments and behaves as the part's first override says.
+_DEVICE_PYTHON = """#!/usr/bin/env bash
+if [ "$1 $2" = "-m pip" ]; then exit 0; fi
+if [ "$1 $2" = "-m bench" ]; then
+  echo "$*" >>"$CALLS"
+  case "$5" in fail=*) exit 1 ;; slow=*) sleep 7 ;; esac
+  exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: Path) -> None:
+    root = tmp_path / "copy"
+    write(root / "benchmarks/device_run.sh", text=(ROOT / "benchmarks/device_run.sh").read_text())
+    (root / ".device" / "whl").mkdir(parents=True)
+    (root / ".device" / "site").mkdir()
+    subprocess.run(
+        ["tar", "-cJf", str(root / ".device/data.tar.xz"), "-T", "/dev/null"], check=True
+    )
+    python = tmp_path / "python"
+    write(python, text=_DEVICE_PYTHON)
+    python.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {
+        **os.environ,
+        "PYTHON": str(python),
+        "REAL_PYTHON": sys.executable,
+        "CALLS": str(calls),
+        "OUT": str(tmp_path / "out"),
+        "HEADBENCH_DATA": str(tmp_path / "data"),
+        "HB_SITE": str(tmp_path / "site"),
+        # run_for starts a part only with 30 s left after the 60 s packing reserve and the
+        # 20 s kill grace: 115 s gives the first parts 35 s, and none after the 7 s part.
+        "HB_DEADLINE_S": "115",
+    }
+    parts = ["a=1", "b=2", "::", "fail=1", "::", "slow=1", "::", "never=1", "::"]
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks/device_run.sh"), "bench", *parts],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    bench = "-m bench -m experiment=fair_heads_gpu"
+    # the failed part did not stop the next; the deadline stopped the one after the slow part
+    assert calls.read_text().splitlines() == [
+        f"{bench} a=1 b=2",
+        f"{bench} fail=1",
+        f"{bench} slow=1",
+    ]
+    assert done.returncode == 124, done.stdout + done.stderr
+    assert "not started" in (tmp_path / "out" / "bench.log").read_text()
