@@ -23,7 +23,7 @@ out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-check tests perf bench}
 perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
---ft-frameworks headbench,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
+--ft-frameworks headbench,headbench_step_sync,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 hydra/launcher=lockstep \
 :: freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack runtime.cells_per_gpu=4 \

@@ -74,15 +74,26 @@ GRID_MARKS = (4, 8, 12, 16, 32)
 #: Fine-tuning sides: headbench's fast path (bucketed batches, ``data.group_by_length=bucket``),
 #: headbench with the Trainer's own length grouping (the same batches' statistics), the HF
 #: Trainer as it ships, and the Trainer in a process given headbench's allocator setting
-#: (``runtime.malloc=tuned``). Both headbench sides run with its defaults otherwise.
-FRAMEWORKS = ("headbench", "headbench_hf_sampler", "hf_trainer", "hf_trainer_tuned")
+#: (``runtime.malloc=tuned``). The headbench sides run with its defaults otherwise, but for
+#: ``headbench_step_sync``: the fast path reading its loss back every step, as before
+#: ``runtime.loss_check_steps`` (what not waiting for the GPU each step is worth).
+FRAMEWORKS = (
+    "headbench",
+    "headbench_hf_sampler",
+    "headbench_step_sync",
+    "hf_trainer",
+    "hf_trainer_tuned",
+)
 #: The headbench sides and their ``data.group_by_length``; the others are the Trainer's.
-_GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true"}
+_GROUPING = {"headbench": "bucket", "headbench_hf_sampler": "true", "headbench_step_sync": "bucket"}
+#: Overrides a headbench side adds to the fine-tuning cell's.
+_SIDE_OVERRIDES = {"headbench_step_sync": ["runtime.loss_check_steps=1"]}
 HEADBENCH_SIDES = tuple(_GROUPING)
 HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
 _SHORT = {
     "headbench": "hb",
     "headbench_hf_sampler": "hb/hf-sampler",
+    "headbench_step_sync": "hb/step-sync",
     "hf_trainer": "hf",
     "hf_trainer_tuned": "hf+malloc",
 }
@@ -561,7 +572,8 @@ def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, 
     _quiet()
     torch.set_num_threads(args.threads)
     if name in HEADBENCH_SIDES:
-        run = _run_cell(_finetune_overrides(args, _GROUPING[name]), work)
+        overrides = _finetune_overrides(args, _GROUPING[name]) + _SIDE_OVERRIDES.get(name, [])
+        run = _run_cell(overrides, work)
     else:
         malloc = configure_malloc("tuned" if name == "hf_trainer_tuned" else "default")
         run = _hf_trainer_cell(args, _compose(_finetune_overrides(args)), work)
@@ -935,6 +947,7 @@ def run_packed(args: argparse.Namespace, state: dict[str, Any], save: Any) -> No
 _HEADERS = {
     "headbench": "headbench (bucketed batches)",
     "headbench_hf_sampler": "headbench, the Trainer's length grouping",
+    "headbench_step_sync": "headbench, the loss read every step",
     "hf_trainer": "HF `Trainer`",
     "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting",
 }

@@ -72,6 +72,10 @@ CONFIG_CASES = {
         ["runtime.malloc=jemalloc"],
         ["runtime.malloc='jemalloc'", "tuned", "default"],
     ),
+    "loss check interval below one": (
+        ["runtime.loss_check_steps=0"],
+        ["runtime.loss_check_steps=0", "at least 1"],
+    ),
     "encoder directory missing": (
         ["encoder.source=/nonexistent/model"],
         ["encoder directory /nonexistent/model does not exist"],

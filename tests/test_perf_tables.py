@@ -177,10 +177,11 @@ def test_finetune_summary_medians_and_table():
     assert perf.finetune_summary({"runs": runs[:1]}) == {}  # one framework only: no ratio
 
 
-def test_four_sides_with_faults_and_memory():
+def test_five_sides_with_faults_and_memory():
     speeds = {
         "headbench": [50, 52, 51],
         "headbench_hf_sampler": [47, 48, 49],
+        "headbench_step_sync": [45, 46, 44],
         "hf_trainer": [48, 49, 47],
         "hf_trainer_tuned": [51, 53, 50],
     }
@@ -224,15 +225,16 @@ def test_four_sides_with_faults_and_memory():
     }  # measured before the third side
     text = perf.table({"finetune": part, "flops": flops})
     header = next(line for line in text.splitlines() if line.startswith("| measurement"))
-    assert header.count("|") == 6 and "headbench's allocator setting" in header
-    assert "the Trainer's length grouping" in header
+    assert header.count("|") == 7 and "headbench's allocator setting" in header
+    assert "the Trainer's length grouping" in header and "the loss read every step" in header
+    assert "**45.0** (0.94x vs hf; 0.88x vs hf+malloc) (45.0, 46.0, 44.0)" in text
     assert "**51.0** (1.06x vs hf; 1.00x vs hf+malloc) (50.0, 52.0, 51.0)" in text
     assert "**48.0** (1.00x vs hf; 0.94x vs hf+malloc) (47.0, 48.0, 49.0)" in text
-    assert "| 2 k / 901 MB | 2 k / 901 MB | 20 k / 901 MB | 2 k / 901 MB |" in text
-    assert "training loop | 2 k | 2 k | 20 k | 2 k |" in text  # 1500 rounds to 2 k
+    assert "| 2 k / 901 MB | 2 k / 901 MB | 2 k / 901 MB | 20 k / 901 MB | 2 k / 901 MB |" in text
+    assert "training loop | 2 k | 2 k | 2 k | 20 k | 2 k |" in text  # 1500 rounds to 2 k
     assert (
-        "in the order hb hb/hf-sampler hf hf+malloc hf+malloc hf hb/hf-sampler hb "
-        "hb hb/hf-sampler hf hf+malloc"
+        "in the order hb hb/hf-sampler hb/step-sync hf hf+malloc hf+malloc hf hb/step-sync "
+        "hb/hf-sampler hb hb hb/hf-sampler hb/step-sync hf hf+malloc"
     ) in text
     assert "| 102.0 G |" in text  # no fraction recorded for the third side: FLOP/s only
 

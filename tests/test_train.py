@@ -177,6 +177,35 @@ def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_p
     assert result["diverged_step"] >= 1 and "non-finite" in result["reason"]
 
 
+@pytest.mark.parametrize("lr", ["1e-2", "1e36"], ids=["trains", "diverges"])
+def test_checking_the_loss_every_50_steps_records_what_checking_every_step_does(
+    compose_cfg, data_dir, tmp_path, lr
+):
+    """runtime.loss_check_steps reads the loss less often; it changes no recorded number."""
+    results = []
+    for every in (1, 50):
+        cfg = compose_cfg(
+            "encoder=tiny_bert",
+            "task=sst2",
+            "freeze=frozen",
+            "seed=1",
+            "data.train_size=64",
+            f"optim.frozen_head_lr={lr}",
+            "optim.warmup_ratio=0",
+            f"runtime.loss_check_steps={every}",
+            f"data.dir={data_dir}",
+            *FAST,
+        )
+        results.append(run(cfg, tmp_path / str(every)))
+    every_step, every_50 = results
+    keys = ("status", "reason", "diverged_step", "history", "selection", "best")
+    assert {k: every_step.get(k) for k in keys} == {k: every_50.get(k) for k in keys}
+    if lr == "1e36":  # diverged in the first epoch (4 steps): seen by the evaluation's check
+        assert every_50["status"] == "diverged" and every_50["diverged_step"] < 4
+    else:
+        assert every_50["status"] == "ok" and len(every_50["history"]) == 2
+
+
 def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
     proc = subprocess.run(
         [

@@ -19,13 +19,14 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from bench.data.tasks import get_task
-from bench.errors import DivergedError, EncoderError
+from bench.errors import EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
 from bench.model.encoders import EncoderInfo, load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
+from bench.model.running_loss import RunningLoss
 from bench.model.task_types import Evaluation, task_type
 
 
@@ -91,7 +92,10 @@ class HeadbenchModule(L.LightningModule):
         # The best epoch's weights (CPU copies), while reporting splits wait for them.
         self._best_state: dict[str, Tensor] | None = None
         self.report: dict[str, Any] | None = None  # reporting-split metrics and predictions
-        self._train_loss = [0.0, 0]  # sum, count since the epoch started
+        self.running_loss = RunningLoss()  # the epoch's training loss, on the device
+        #: Read the training loss for NaN/inf every this many steps (and before each
+        #: evaluation), not every step: reading it waits for the GPU (``runtime.loss_check_steps``).
+        self.loss_check_steps = 1
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
     def _copy_pretrained_pooler(self) -> None:
@@ -177,17 +181,16 @@ class HeadbenchModule(L.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """One optimisation step; a non-finite loss stops the run as diverged."""
         loss = self._loss(self(batch), batch)
-        if not torch.isfinite(loss):
-            raise DivergedError(self.global_step, float(loss))
         size = batch["attention_mask"].shape[0]
+        self.running_loss.add(loss, size, self.global_step)
+        if (batch_idx + 1) % self.loss_check_steps == 0:
+            self.running_loss.check()  # raises DivergedError naming the first bad step
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
-        self.add_train_loss(float(loss.detach()), size)
         return loss
 
     def add_train_loss(self, loss: float, size: int) -> None:
         """Add a training batch's mean loss to the epoch's running mean (``train_loss``)."""
-        self._train_loss[0] += loss * size
-        self._train_loss[1] += size
+        self.running_loss.add(loss, size)
 
     def optimizer_step(
         self,
@@ -210,7 +213,15 @@ class HeadbenchModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         """Enter training mode (frozen parts stay in eval); reset the running loss."""
         self.train()
-        self._train_loss = [0.0, 0]
+        self.running_loss.reset()
+
+    def on_train_epoch_end(self) -> None:
+        """Stop a run whose last steps since a check had a non-finite loss."""
+        self.running_loss.check()
+
+    def on_validation_epoch_start(self) -> None:
+        """Stop a diverged run before it is evaluated (its weights may be NaN)."""
+        self.running_loss.check()
 
     def validation_step(
         self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0
@@ -265,7 +276,7 @@ class HeadbenchModule(L.LightningModule):
         record: dict[str, Any] = {"epoch": epoch, "step": step}
         for name in self.dev_names:
             record[name] = self.evaluation.scores(name, world_size)
-        total, count = sum_across_ranks(self._train_loss)  # all ranks' examples under DDP
+        total, count = sum_across_ranks(self.running_loss.totals())  # all ranks under DDP
         record["train_loss"] = total / count if count else None  # mean over the epoch so far
         self.history.append(record)
         main = record[self.dev_names[0]][self.spec.main_metric]

@@ -56,6 +56,7 @@ TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
     "optim.warmup_ratio": (NUMBER, 0),
     "optim.adam_eps": (NUMBER, 0),
     "optim.fused": ((bool,), None),
+    "runtime.loss_check_steps": (INT, 1),
 }
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved for padding
 

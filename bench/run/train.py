@@ -253,6 +253,8 @@ def _train(
 ) -> None:
     setup = prepare_cell(cfg, result, report)
     module, datamodule = setup.module, setup.datamodule
+    # checked by preflight (an integer >= 1); a config from before the key: every step
+    module.loss_check_steps = int(OmegaConf.select(cfg, "runtime.loss_check_steps", default=1))
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
