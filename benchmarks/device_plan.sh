@@ -10,9 +10,9 @@
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
 #    $OUT/perf_gpu.json, resumed from the carried one;
 # 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
-#    separated by `::`), resumed from the carried run directories: frozen SST-2 in lock-step
-#    (frozen MRPC, RTE, CoLA and STS-B are complete), then fine-tuning, packed 4 to the GPU,
-#    on the small tasks, then on SST-2.
+#    separated by `::`), resumed from the carried run directories: the BiLSTM on frozen SST-2
+#    (every other frozen cell is done), then fine-tuning, packed 4 to the GPU, on the small
+#    tasks, then on SST-2.
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -25,7 +25,7 @@ steps=${PLAN_STEPS:-check tests perf bench}
 perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
 --ft-frameworks headbench,headbench_step_sync,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
-bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 hydra/launcher=lockstep \
+bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 head=bilstm hydra/launcher=lockstep \
 :: freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack runtime.cells_per_gpu=4 \
 :: freeze=full task=sst2 hydra/launcher=gpu_pack runtime.cells_per_gpu=4}
 check_args=${bench_args%% ::*} # check dry-runs the first part
