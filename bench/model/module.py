@@ -179,7 +179,11 @@ class HeadbenchModule(L.LightningModule):
         return self.task_type.loss(self.head, logits, batch)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        """One optimisation step; a non-finite loss stops the run as diverged."""
+        """One optimisation step; a non-finite loss stops the run as diverged.
+
+        The loss is read back (a host sync on a GPU) only every :attr:`loss_check_steps`
+        steps and before each evaluation; the step recorded is the first non-finite one.
+        """
         loss = self._loss(self(batch), batch)
         size = batch["attention_mask"].shape[0]
         self.running_loss.add(loss, size, self.global_step)
