@@ -160,19 +160,24 @@ def test_a_failing_cell_is_recorded_not_raised(compose_cfg, data_dir, tmp_path):
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
 
 
-def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_path):
-    cfg = compose_cfg(
+def _frozen_cell(compose_cfg, data_dir, lr, *extra):
+    """A tiny frozen SST-2 cell of 64 examples (4 steps an epoch) at head learning rate lr."""
+    return compose_cfg(
         "encoder=tiny_bert",
         "task=sst2",
         "freeze=frozen",
         "seed=1",
         "data.train_size=64",
-        "optim.frozen_head_lr=1e36",
+        f"optim.frozen_head_lr={lr}",
         "optim.warmup_ratio=0",
         f"data.dir={data_dir}",
         *FAST,
+        *extra,
     )
-    result = run(cfg, tmp_path)
+
+
+def test_non_finite_loss_stops_the_cell_as_diverged(compose_cfg, data_dir, tmp_path):
+    result = run(_frozen_cell(compose_cfg, data_dir, "1e36"), tmp_path)
     assert result["status"] == "diverged", result.get("reason")
     assert result["diverged_step"] >= 1 and "non-finite" in result["reason"]
 
@@ -184,18 +189,7 @@ def test_checking_the_loss_every_50_steps_records_what_checking_every_step_does(
     """runtime.loss_check_steps reads the loss less often; it changes no recorded number."""
     results = []
     for every in (1, 50):
-        cfg = compose_cfg(
-            "encoder=tiny_bert",
-            "task=sst2",
-            "freeze=frozen",
-            "seed=1",
-            "data.train_size=64",
-            f"optim.frozen_head_lr={lr}",
-            "optim.warmup_ratio=0",
-            f"runtime.loss_check_steps={every}",
-            f"data.dir={data_dir}",
-            *FAST,
-        )
+        cfg = _frozen_cell(compose_cfg, data_dir, lr, f"runtime.loss_check_steps={every}")
         results.append(run(cfg, tmp_path / str(every)))
     every_step, every_50 = results
     keys = ("status", "reason", "diverged_step", "history", "selection", "best")
