@@ -23,12 +23,14 @@ under a name that hashes the corpus and the recipe, and published atomically.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import inspect
 import json
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +94,16 @@ _CORPUS_MODULES = (
 FAMILIES = ("bert", "roberta", "gpt2", "xlnet", "qwen2", "electra")
 
 
-def corpus_lines() -> list[str]:
+@functools.cache
+def corpus_lines() -> tuple[str, ...]:
     """Local English text to train the tiny tokenizers on.
 
-    Read statically from the modules' source files (``ast``), not from the live objects:
-    another library may have replaced a module attribute at runtime (Ray swaps
-    ``logging``'s record factory in its workers), which would change the corpus, and with
-    it the tiny models, in that process only.
+    Read once per process: parsing the modules takes about half a second, and every
+    :func:`build_tiny_model` call hashes the corpus to name its model. Read statically from
+    the modules' source files (``ast``), not from the live objects: another library may
+    have replaced a module attribute at runtime (Ray swaps ``logging``'s record factory in
+    its workers), which would change the corpus, and with it the tiny models, in that
+    process only.
 
     Returns:
         Non-empty lines from the docstrings of a fixed list of stdlib modules and of their
@@ -113,10 +118,10 @@ def corpus_lines() -> list[str]:
                 docs.append(ast.get_docstring(node) or "")
         for doc in docs:
             lines.extend(line.strip() for line in doc.splitlines() if line.strip())
-    return lines
+    return tuple(lines)
 
 
-def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
+def _train_wordpiece(lines: Sequence[str]) -> PreTrainedTokenizerFast:
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -142,7 +147,7 @@ def _train_wordpiece(lines: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _bytelevel_bpe(lines: list[str], specials: list[str]) -> Tokenizer:
+def _bytelevel_bpe(lines: Sequence[str], specials: list[str]) -> Tokenizer:
     """A byte-level BPE model trained on ``lines``, the ``specials`` first in its vocabulary."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -156,7 +161,7 @@ def _bytelevel_bpe(lines: list[str], specials: list[str]) -> Tokenizer:
     return tok
 
 
-def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
+def _train_bytelevel_bpe(lines: Sequence[str]) -> PreTrainedTokenizerFast:
 
     tok = _bytelevel_bpe(lines, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])  # RoBERTa's 0..4
     sep, cls = tok.token_to_id("</s>"), tok.token_to_id("<s>")
@@ -178,7 +183,7 @@ def _train_bytelevel_bpe(lines: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _train_decoder_bpe(lines: list[str], eos: str, pad: bool) -> PreTrainedTokenizerFast:
+def _train_decoder_bpe(lines: Sequence[str], eos: str, pad: bool) -> PreTrainedTokenizerFast:
     """GPT-2-style byte-level BPE: no special tokens added around the text."""
     tok = _bytelevel_bpe(lines, [eos])
     return PreTrainedTokenizerFast(
@@ -192,7 +197,7 @@ def _train_decoder_bpe(lines: list[str], eos: str, pad: bool) -> PreTrainedToken
     )
 
 
-def _train_unigram(lines: list[str]) -> PreTrainedTokenizerFast:
+def _train_unigram(lines: Sequence[str]) -> PreTrainedTokenizerFast:
     """XLNet-style SentencePiece Unigram: ``A <sep> <cls>`` and ``A <sep> B <sep> <cls>``."""
     specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>"]
     tok = Tokenizer(models.Unigram())
@@ -222,7 +227,7 @@ def _train_unigram(lines: list[str]) -> PreTrainedTokenizerFast:
     )
 
 
-def _family(family: str, lines: list[str]) -> tuple[PreTrainedTokenizerFast, PreTrainedModel]:
+def _family(family: str, lines: Sequence[str]) -> tuple[PreTrainedTokenizerFast, PreTrainedModel]:
     """The tokenizer and the random-init model (seeded) of one tiny family."""
     config: PretrainedConfig
     model_cls: type[PreTrainedModel]
@@ -291,7 +296,7 @@ def _family(family: str, lines: list[str]) -> tuple[PreTrainedTokenizerFast, Pre
     return tokenizer, model_cls(config)  # type: ignore[arg-type]  # the config matches model_cls
 
 
-def _build(family: str, lines: list[str], out: Path) -> None:
+def _build(family: str, lines: Sequence[str], out: Path) -> None:
     tokenizer, model = _family(family, lines)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
