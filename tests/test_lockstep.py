@@ -64,7 +64,9 @@ def _same_numbers(a: dict, b: dict, tol: float = 1e-5) -> None:
     assert a["selection"]["best_epoch"] == b["selection"]["best_epoch"]
     for ha, hb in zip(a["history"], b["history"], strict=True):
         assert ha["step"] == hb["step"]
-        assert ha["train_loss"] == pytest.approx(hb["train_loss"], abs=tol)
+        # a stack's losses are averaged in another order (stacked_loss): the recorded mean
+        # can differ in its last bits while the gradients, and so everything else, do not
+        assert ha["train_loss"] == pytest.approx(hb["train_loss"], rel=1e-6, abs=tol)
         for split in [k for k, v in ha.items() if isinstance(v, dict)]:  # evaluated splits
             for metric, value in ha[split].items():
                 assert value == pytest.approx(hb[split][metric], abs=tol), (split, metric)

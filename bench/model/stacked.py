@@ -129,6 +129,19 @@ def stack_key(head: nn.Module) -> str | None:
     )
 
 
+def _to_device(values: list[Any], like: Tensor) -> Tensor:
+    """Python floats as a tensor of ``like``'s dtype on its device, without waiting for it.
+
+    A copy from pageable host memory makes the host wait for the GPU's queue; from pinned
+    memory with ``non_blocking`` it is queued like a kernel (the caching host allocator
+    keeps the buffer until the copy has run).
+    """
+    host = torch.tensor(values, dtype=like.dtype)
+    if like.device.type != "cuda":
+        return host
+    return host.pin_memory().to(like.device, non_blocking=True)
+
+
 class CellRng:
     """A cell's own random state: what torch's global generators would hold in its single run.
 
@@ -244,28 +257,46 @@ class StackedHeads:
     ) -> None:
         """Scale each cell's gradients as ``clip_grad_norm_`` would over its parameters.
 
+        When every cell lists its parameters in the same order (one stack: always, unless
+        a cell's optimizer groups them otherwise), every cell's norm is computed at once:
+        each parameter's row norms, then each row's norm over them, the values
+        ``get_total_norm`` gives each cell alone (bit for bit on CPU, tested).
+
         Args:
             max_norms: Each cell's ``trainer.gradient_clip_val`` (None or 0: no clipping).
             orders: Each cell's parameter names in its optimizer's order.
         """
         if not any(max_norms):
             return
-        coefs = []
-        for i, (max_norm, order) in enumerate(zip(max_norms, orders, strict=True)):
-            if not max_norm:
-                coefs.append(torch.ones((), device=self.params[order[0]].device))
-                continue
-            grads = [self.params[n].grad[i] for n in order]  # type: ignore[index]
-            total = torch.nn.utils.get_total_norm(grads, 2.0)
-            coefs.append(torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
-        coef = torch.stack(coefs)
-        for param in self.params.values():
-            assert param.grad is not None
-            param.grad.mul_(coef.view(-1, *([1] * (param.dim() - 1))))
+        grads = {n: p.grad for n, p in self.params.items() if p.grad is not None}
+        if all(order == orders[0] for order in orders):
+            norms = [torch.linalg.vector_norm(grads[n].flatten(1), 2.0, dim=1) for n in orders[0]]
+            total = torch.linalg.vector_norm(torch.stack(norms, dim=1), 2.0, dim=1)
+            limits = _to_device([float(m or 1.0) for m in max_norms], total)
+            # max_norm / (total + 1e-6) as clip_grad_norm_ computes it (Tensor.__rtruediv__)
+            coef = torch.clamp((total + 1e-6).reciprocal() * limits, max=1.0)
+            if not all(max_norms):
+                clipped = _to_device([float(bool(m)) for m in max_norms], total)
+                coef = torch.where(clipped > 0, coef, torch.ones_like(coef))
+        else:
+            coefs = []
+            for i, (max_norm, order) in enumerate(zip(max_norms, orders, strict=True)):
+                if not max_norm:
+                    coefs.append(torch.ones((), device=self.params[order[0]].device))
+                    continue
+                total = torch.nn.utils.get_total_norm([grads[n][i] for n in order], 2.0)
+                coefs.append(torch.clamp(float(max_norm) / (total + 1e-6), max=1.0))
+            coef = torch.stack(coefs)
+        for grad in grads.values():
+            grad.mul_(coef.view(-1, *([1] * (grad.dim() - 1))))
 
     @torch.no_grad()
     def adamw_step(self, hypers: Sequence[dict[str, AdamHyper]]) -> None:
         """One AdamW step of every cell, then the gradients are freed.
+
+        A parameter whose cells share betas and epsilon and none of which uses the fused
+        kernel is updated for all cells at once (:meth:`_adamw_rows`); otherwise each run
+        of cells with equal hyperparameters by one ``torch.optim.adamw.adamw`` call.
 
         Args:
             hypers: Per cell, each parameter's hyperparameters at this step.
@@ -275,33 +306,74 @@ class StackedHeads:
             grad = param.grad
             if grad is None:
                 continue
-            start = 0
-            while start < len(self):  # runs of cells with equal hyperparameters
-                hyper = hypers[start][name]
-                end = start + 1
-                while end < len(self) and hypers[end][name] == hyper:
-                    end += 1
-                step = torch.tensor(float(self.steps - 1), dtype=torch.float32)
-                if hyper.fused:
-                    step = step.to(param.device)
-                adamw(
-                    [param[start:end]],
-                    [grad[start:end]],
-                    [self.exp_avg[name][start:end]],
-                    [self.exp_avg_sq[name][start:end]],
-                    [],
-                    [step],
-                    fused=True if hyper.fused else None,
-                    amsgrad=False,
-                    beta1=hyper.beta1,
-                    beta2=hyper.beta2,
-                    lr=hyper.lr,
-                    weight_decay=hyper.weight_decay,
-                    eps=hyper.eps,
-                    maximize=False,
-                )
-                start = end
+            rows = [h[name] for h in hypers]
+            first = rows[0]
+            if not any(h.fused for h in rows) and all(
+                (h.beta1, h.beta2, h.eps) == (first.beta1, first.beta2, first.eps) for h in rows
+            ):
+                self._adamw_rows(name, rows)
+            else:
+                self._adamw_runs(name, rows)
             param.grad = None
+
+    def _adamw_rows(self, name: str, rows: Sequence[AdamHyper]) -> None:
+        """Every cell's AdamW step of one parameter at once, each with its own rate and decay.
+
+        The operations of ``torch.optim.adam._single_tensor_adam`` (the path
+        ``torch.optim.AdamW`` takes on a CPU), on the stacked tensors, with each cell's
+        scalars (``1 - lr * weight_decay`` and ``-lr / bias_correction1``, computed in
+        Python floats and rounded to the parameter's dtype as the kernels round a scalar)
+        as a column: the single cell's values bit for bit on CPU (tested). On a GPU the
+        single run takes the ``foreach`` path, which rounds its last step otherwise.
+        """
+        param, grad = self.params[name], self.params[name].grad
+        assert grad is not None
+        exp_avg, exp_avg_sq = self.exp_avg[name], self.exp_avg_sq[name]
+        first = rows[0]
+        step = float(self.steps)
+        bias_correction1 = 1 - first.beta1**step
+        bias_correction2_sqrt = (1 - first.beta2**step) ** 0.5
+        scalars = _to_device(
+            [[1 - h.lr * h.weight_decay for h in rows], [-(h.lr / bias_correction1) for h in rows]],
+            param,
+        )
+        decay, step_size = scalars.view(2, len(rows), *([1] * (param.dim() - 1))).unbind(0)
+        param.mul_(decay)  # decoupled weight decay (a factor of exactly 1 without)
+        exp_avg.lerp_(grad, 1 - first.beta1)
+        exp_avg_sq.mul_(first.beta2).addcmul_(grad, grad, value=1 - first.beta2)
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(first.eps)
+        param.add_(exp_avg.mul(step_size).div_(denom))  # addcdiv_'s order: value * a / b
+
+    def _adamw_runs(self, name: str, rows: Sequence[AdamHyper]) -> None:
+        """One parameter's AdamW step by ``torch.optim.adamw.adamw``, a call per run of cells."""
+        param, grad = self.params[name], self.params[name].grad
+        assert grad is not None
+        start = 0
+        while start < len(self):  # runs of cells with equal hyperparameters
+            hyper = rows[start]
+            end = start + 1
+            while end < len(self) and rows[end] == hyper:
+                end += 1
+            step = torch.tensor(float(self.steps - 1), dtype=torch.float32)
+            if hyper.fused:
+                step = step.to(param.device)
+            adamw(
+                [param[start:end]],
+                [grad[start:end]],
+                [self.exp_avg[name][start:end]],
+                [self.exp_avg_sq[name][start:end]],
+                [],
+                [step],
+                fused=True if hyper.fused else None,
+                amsgrad=False,
+                beta1=hyper.beta1,
+                beta2=hyper.beta2,
+                lr=hyper.lr,
+                weight_decay=hyper.weight_decay,
+                eps=hyper.eps,
+                maximize=False,
+            )
+            start = end
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keep only these cells (the others diverged or failed), optimizer state included."""

@@ -279,6 +279,29 @@ class SequenceTaskType(TaskType):
             return F.mse_loss(logits.squeeze(-1), labels.float())
         return F.cross_entropy(logits, labels)
 
+    def stacked_loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The training losses of N heads' logits on one batch, at once.
+
+        One cross-entropy over the flattened ``(N * B, C)`` logits (one mean squared error
+        for regression), then each head's mean: each row's gradient is the one
+        :meth:`loss` gives that head alone (bit for bit on CPU, tested), while the loss
+        values can differ from :meth:`loss`'s in the last bits (another summation order).
+
+        Args:
+            logits: ``(N, B, C)``, one row per head.
+            batch: The batch (its ``labels``).
+
+        Returns:
+            ``(N,)``: each head's mean loss over the batch.
+        """
+        labels = batch["labels"]
+        n, b = logits.shape[:2]
+        if self.spec.is_regression:
+            target = labels.float().expand(n, b)
+            return F.mse_loss(logits.squeeze(-1), target, reduction="none").mean(1)
+        flat = F.cross_entropy(logits.reshape(n * b, -1), labels.repeat(n), reduction="none")
+        return flat.view(n, b).mean(1)
+
     def evaluation(self, dev_names: Sequence[str]) -> SequenceEvaluation:
         """Torchmetrics per split."""
         return SequenceEvaluation(self.spec, dev_names)

@@ -60,6 +60,7 @@ from bench.data.tasks import get_task
 from bench.errors import ConfigError, DivergedError
 from bench.model.adaptation import StageCallback
 from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_key
+from bench.run import provenance
 from bench.run.preflight import check_cell
 from bench.run.search import enabled as search_enabled
 from bench.run.search import pending_trials, read_trial, trial_lock
@@ -255,16 +256,15 @@ class _Stack:
         cells = list(self.cells)
         mask = batch["attention_mask"]
         logits = self.heads.forward(hidden, mask, [c.rng for c in self.cells])
-        losses = [
-            c.setup.kind.loss(c.module.head, logits[i], batch) for i, c in enumerate(self.cells)
-        ]
-        values = torch.stack([loss.detach() for loss in losses]).tolist()  # one sync a step
+        losses = self.cells[0].setup.kind.stacked_loss(logits, batch)  # (N,): one per cell
+        values = losses.detach().tolist()  # one sync a step
         finite = [math.isfinite(v) for v in values]
         kept = [i for i, ok in enumerate(finite) if ok]
         diverged = [(self.cells[i], values[i]) for i, ok in enumerate(finite) if not ok]
         if kept:
-            # A diverged cell's loss is left out: its rows get no gradient from the others.
-            torch.stack([losses[i] for i in kept]).sum().backward()
+            # A diverged cell's loss is left out; its rows (dropped below) are its own: no
+            # operation mixes the rows of two cells.
+            (losses[kept] if diverged else losses).sum().backward()
             size = mask.shape[0]
             hypers, orders = [], []
             for i, c in enumerate(self.cells):
@@ -437,7 +437,11 @@ def _prepare(
 
 
 def _finish(
-    cell: _Cell, error: Exception | None, group: dict[str, Any], result_file: str
+    cell: _Cell,
+    error: Exception | None,
+    group: dict[str, Any],
+    result_file: str,
+    git: dict[str, Any],
 ) -> dict[str, Any]:
     """Fill the training fields, conclude or record the failure, write the result.
 
@@ -464,7 +468,8 @@ def _finish(
             raise error
         except Exception as err:  # in an except block: the traceback is the error's
             record_failure(cell.cfg, cell.run_dir, result, err)
-    return finish_result(cell.run_dir, result, began - cell.setup_s - cell.seconds, result_file)
+    started = began - cell.setup_s - cell.seconds
+    return finish_result(cell.run_dir, result, started, result_file, git=git)
 
 
 def train_group(
@@ -564,12 +569,15 @@ def _train_cells(
         charged[0] = sum(c.seconds for c in cells)
         return now
 
+    git: dict[str, Any] = {}  # the checkout's commit, read once for the group (two git calls)
+
     def end(cell: _Cell, error: Exception | None) -> None:
         # its own computation and its share of the group's (so a sweep's sum stays true)
         cell.result["train_time_s"] = cell.seconds
         cell.result["throughput"] = {**timer.summary(), "cells": len(alive)}
         alive.remove(cell)
-        results[index[id(cell.cfg)]] = _finish(cell, error, group, output.result_file)
+        git.update(git or provenance.git_commit())
+        results[index[id(cell.cfg)]] = _finish(cell, error, group, output.result_file, git)
 
     try:
         for epoch in range(epochs):

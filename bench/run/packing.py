@@ -26,6 +26,8 @@ its measured peak (``peak_memory.cuda_allocated_mb``), so GPU runs show how clos
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -129,9 +131,25 @@ def estimate_cell(cfg: DictConfig) -> MemoryEstimate:
     Returns:
         The estimate.
     """
-    encoder_cfg, head_cfg, freeze_cfg = (_plain(cfg[k]) for k in ("encoder", "head", "freeze"))
+    key: dict[str, Any] = {k: _plain(cfg[k]) for k in ("encoder", "head", "freeze")}
+    key["task"] = str(cfg.task.name)
+    key["sizes"] = [int(cfg.data.max_length), int(cfg.data.batch_size)]
+    key["precision"] = str(OmegaConf.select(cfg, "trainer.precision", default="32"))
+    return _estimate(json.dumps(key, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _estimate(key: str) -> MemoryEstimate:
+    """:func:`estimate_cell` from what it reads (as JSON), once per process.
+
+    The cells of a sweep that differ only in seed or learning rate share one estimate (a
+    meta-device model build, about 30 ms).
+    """
+    parts = json.loads(key)
+    encoder_cfg, head_cfg, freeze_cfg = parts["encoder"], parts["head"], parts["freeze"]
+    max_length, batch_size = parts["sizes"]
     config = AutoConfig.from_pretrained(resolve_source(str(encoder_cfg["source"])))
-    spec = get_task(str(cfg.task.name))
+    spec = get_task(parts["task"])
     with torch.device("meta"):
         encoder = AutoModel.from_config(config)
         head = task_type(spec).build_head(
@@ -151,11 +169,11 @@ def estimate_cell(cfg: DictConfig) -> MemoryEstimate:
         if freeze_cfg.get("name") == "frozen"
         else _trainable_layers(encoder, int(config.num_hidden_layers))
     )
-    precision = str(OmegaConf.select(cfg, "trainer.precision", default="32"))
+    precision = parts["precision"]
     activations = activation_bytes(
         layers,
-        int(cfg.data.max_length),
-        int(cfg.data.batch_size),
+        max_length,
+        batch_size,
         int(config.hidden_size),
         int(config.num_attention_heads),
         2 if ("16" in precision) else 4,

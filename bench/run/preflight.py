@@ -17,6 +17,8 @@ with that message, and the sweep goes on.
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +106,18 @@ def check_types(cfg: DictConfig) -> None:
 
 
 def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
-    """Depth, width, position limit of an encoder, from its config.json; tokenizer loads."""
+    """Depth, width, position limit of an encoder, from its config.json; tokenizer loads.
+
+    Checked once per process and encoder config (reading the config and loading the
+    tokenizer take about 40 ms, and a sweep checks the same encoder for every cell); a
+    failed check is not kept, so it is made again and fails again.
+    """
+    return dict(_checked_encoder(json.dumps(encoder, sort_keys=True)))
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_encoder(key: str) -> tuple[tuple[str, Any], ...]:
+    encoder = json.loads(key)
     path = resolve_source(encoder["source"])
     try:
         config = AutoConfig.from_pretrained(
@@ -117,12 +130,12 @@ def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
             f"encoder {encoder['name']!r}: cannot read config from {path}: {err}"
         ) from err
     load_tokenizer(encoder)  # no tokenizer files: EncoderError naming the path
-    return {
-        "model_type": config.model_type,
-        "hidden_size": int(config.hidden_size),
-        "num_layers": int(config.num_hidden_layers),
-        "max_positions": max_positions(config),
-    }
+    return (
+        ("model_type", config.model_type),
+        ("hidden_size", int(config.hidden_size)),
+        ("num_layers", int(config.num_hidden_layers)),
+        ("max_positions", max_positions(config)),
+    )
 
 
 def check_max_length(max_length: int, name: str, model_type: str, max_positions: int) -> None:

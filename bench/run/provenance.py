@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import resource
@@ -87,14 +88,24 @@ def git_commit() -> dict[str, Any]:
 
 
 def versions() -> dict[str, str | None]:
-    """Versions of Python and of the libraries that change the numbers."""
-    out: dict[str, str | None] = {"python": platform.python_version()}
+    """Versions of Python and of the libraries that change the numbers.
+
+    Read once per process (each lookup parses a distribution's metadata, about 25 ms for
+    all of them, and every cell records them): a library upgraded while the process runs
+    is not what it runs, so its first version is the one to record.
+    """
+    return dict(_installed_versions())
+
+
+@functools.cache
+def _installed_versions() -> tuple[tuple[str, str | None], ...]:
+    out: list[tuple[str, str | None]] = [("python", platform.python_version())]
     for name in _VERSIONED:
         try:
-            out[name] = metadata.version(name)
+            out.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+            out.append((name, None))
+    return tuple(out)
 
 
 def _cpu_model() -> str | None:

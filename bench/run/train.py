@@ -440,6 +440,7 @@ def finish_result(
     started: float,
     result_file: str = RESULT_FILE,
     tracker: CellTracker | None = None,
+    git: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Add wall time and provenance, tell the tracker, write the result atomically.
 
@@ -449,6 +450,8 @@ def finish_result(
         started: ``time.perf_counter()`` when the cell started.
         result_file: The file written in ``run_dir``.
         tracker: The cell's tracker run, if any.
+        git: The checkout's :func:`~bench.run.provenance.git_commit`, where the caller
+            read it for several cells that ran together (a lock-step group); else read here.
 
     Returns:
         The result as written.
@@ -456,7 +459,7 @@ def finish_result(
     result["wall_time_s"] = time.perf_counter() - started
     result["finished_at"] = utc_now()
     result["peak_memory"] = provenance.peak_memory()
-    result["git"] = provenance.git_commit()
+    result["git"] = dict(git) if git is not None else provenance.git_commit()
     result["versions"] = provenance.versions()
     result["hardware"] = provenance.hardware()
     if tracker is not None:
