@@ -538,8 +538,7 @@ def _train_cells(
     epochs = int(first.cfg.trainer.max_epochs)
     loader = datamodule.train_dataloader()
     per_epoch = len(loader)
-    for c in cells:
-        c.module.evaluation.to(device)
+    for c in cells:  # its evaluation stays on the host: _split_logits brings the logits
         c.optimizer, c.scheduler = c.module.build_optimizer(epochs * per_epoch, per_epoch)
         c.names = {id(p): n for n, p in c.module.head.named_parameters()}
         trainer = SimpleNamespace(current_epoch=0, global_step=0)  # what the callback reads
@@ -621,20 +620,52 @@ def _batches(loader: Any, plan: Any, first: _Cell, device: torch.device) -> Any:
         yield batch, plan.hidden_states(first.module.encoder, batch["cached_states"], mask)
 
 
+def _split_logits(
+    units: list[_Unit], loader: Any, plan: Any, first: _Cell, device: torch.device
+) -> tuple[list[dict[str, Tensor]], list[list[list[Tensor]]]]:
+    """Every cell's logits on one split, copied to the host once.
+
+    Scoring each cell's batch where its logits are would copy predictions, labels and
+    ids back per cell and batch, and on a GPU wait for it each time; here the split's
+    logits stay on the device until the loop ends, then each unit's come back in one copy.
+
+    Returns:
+        The batches' ``idx`` and ``labels`` on the host, and per unit, per cell, the logits
+        of each batch on the host (the batches' boundaries, so metrics see the same updates).
+    """
+    kept: list[dict[str, Tensor]] = []
+    outputs: list[list[Tensor]] = [[] for _ in units]
+    for batch, hidden in _batches(loader, plan, first, device):
+        kept.append({"idx": batch["idx"], "labels": batch["labels"]})
+        for out, unit in zip(outputs, units, strict=True):
+            out.append(torch.stack(unit.eval_logits(hidden, batch)))  # (N, B, C)
+    if not kept:
+        return [], [[[] for _ in unit.cells] for unit in units]
+    sizes = [len(b["labels"]) for b in kept]
+    host = {k: torch.cat([b[k] for b in kept]).cpu().split(sizes) for k in ("idx", "labels")}
+    batches = [{k: host[k][i] for k in host} for i in range(len(kept))]
+    logits = []
+    for out, unit in zip(outputs, units, strict=True):
+        rows = torch.cat(out, dim=1).cpu()  # (N, examples, C)
+        logits.append([list(rows[i].split(sizes)) for i in range(len(unit.cells))])
+    return batches, logits
+
+
 def _evaluate(
     units: list[_Unit], datamodule: Any, plan: Any, first: _Cell, device: torch.device
 ) -> None:
-    """Every cell's predictions on the splits evaluated each epoch."""
+    """Every cell's predictions on the splits evaluated each epoch (scored on the host)."""
     loaders = datamodule.val_dataloader()
     for unit in units:
         for c in unit.cells:
             c.rng.skip(len(loaders))  # the single run's loaders draw their base seeds
     with torch.no_grad():
         for name, loader in zip(datamodule.eval_names, loaders, strict=True):
-            for batch, hidden in _batches(loader, plan, first, device):
-                for unit in units:
-                    for c, logits in zip(unit.cells, unit.eval_logits(hidden, batch), strict=True):
-                        c.module.evaluation.update(name, c.module.head, logits, batch)
+            batches, logits = _split_logits(units, loader, plan, first, device)
+            for unit, per_cell in zip(units, logits, strict=True):
+                for c, cell_logits in zip(unit.cells, per_cell, strict=True):
+                    for batch, rows in zip(batches, cell_logits, strict=True):
+                        c.module.evaluation.update(name, c.module.head, rows, batch)
 
 
 def _close_epoch(units: list[_Unit], epoch: int, step: int) -> None:
@@ -657,18 +688,18 @@ def _report(
             state = c.module.take_best_state()
             if state is not None:
                 unit.load(c, state)
-            evaluations[id(c)] = c.module.reporting_evaluation(device)
+            evaluations[id(c)] = c.module.reporting_evaluation(torch.device("cpu"))
             c.module.report = {"metrics": {}, "predictions": {}}
     with torch.no_grad():
         for name, loader in zip(names, datamodule.report_dataloaders(), strict=True):
-            for batch, hidden in _batches(loader, plan, first, device):
-                for unit in units:
-                    for c, logits in zip(unit.cells, unit.eval_logits(hidden, batch), strict=True):
-                        evaluations[id(c)].update(name, c.module.head, logits, batch)
-            for unit in units:
-                for c in unit.cells:
-                    c.module.report["metrics"][name] = evaluations[id(c)].scores(name, 1)
-                    c.module.report["predictions"][name] = evaluations[id(c)].collect(name)
+            batches, logits = _split_logits(units, loader, plan, first, device)
+            for unit, per_cell in zip(units, logits, strict=True):
+                for c, cell_logits in zip(unit.cells, per_cell, strict=True):
+                    evaluation = evaluations[id(c)]
+                    for batch, rows in zip(batches, cell_logits, strict=True):
+                        evaluation.update(name, c.module.head, rows, batch)
+                    c.module.report["metrics"][name] = evaluation.scores(name, 1)
+                    c.module.report["predictions"][name] = evaluation.collect(name)
 
 
 def train_trials(cfgs: Sequence[DictConfig], run_dirs: Sequence[str | Path]) -> int:
