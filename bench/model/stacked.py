@@ -3,9 +3,10 @@
 N cells of a lock-step group (:mod:`bench.run.lockstep`) whose heads have the same type
 and shapes read the same features of the same batch. :class:`StackedHeads` stacks their
 classifier parameters along a new first dimension, so one ``baddbmm`` computes every
-cell's logits, one backward every cell's gradients, and :meth:`StackedHeads.adamw_step`
-updates them all with ``torch.optim.adamw.adamw`` (the function ``torch.optim.AdamW``
-runs), each cell with its own learning rate and weight decay.
+cell's logits, one backward every cell's gradients, one clipping every cell's gradient
+norm and :meth:`StackedHeads.adamw_step` updates them all at once (the operations
+``torch.optim.AdamW`` runs), each cell with its own learning rate and weight decay: the
+operations a step launches do not grow with the number of cells, but for dropout.
 
 What keeps each cell's numbers its own:
 
@@ -13,10 +14,10 @@ What keeps each cell's numbers its own:
   the cell's own random state swapped into torch's global generator (:class:`CellRng`),
   so they are the masks it draws alone.
 - **Gradient clipping** per cell: the total norm of the cell's gradients, in its
-  optimizer's parameter order, by ``torch.nn.utils.get_total_norm`` (what
-  ``clip_grad_norm_`` computes), then the cell's coefficient.
-- **AdamW** per cell: moments per row; cells whose hyperparameters are equal at a step
-  are updated by one call on their rows.
+  optimizer's parameter order (what ``clip_grad_norm_`` computes, from per-row norms),
+  then the cell's coefficient.
+- **AdamW** per cell: moments per row, each row's scalars (``1 - lr * weight_decay``,
+  ``-lr / bias_correction1``) as a column.
 
 On CPU the batched matrix products give the single cell's values bit for bit (tested).
 With one output (regression) ``baddbmm`` rounds differently from the single cell's

@@ -8,8 +8,8 @@ reads each batch once and trains every cell of the group on it:
 
 - heads of the same type and shapes (``linear``, ``pooler``, ``mean_linear``,
   ``last4_concat``, any seeds and trial configurations) as one batched computation
-  (:class:`~bench.model.stacked.StackedHeads`: stacked parameters, ``baddbmm``,
-  ``torch.optim.adamw.adamw`` on their rows);
+  (:class:`~bench.model.stacked.StackedHeads`: stacked parameters, ``baddbmm``, one
+  loss, one clipping and one AdamW update for all rows);
 - other heads (the BiLSTM, a scalar mix) one after another inside the same batch loop,
   each with its own ``torch.optim.AdamW``.
 
