@@ -328,12 +328,13 @@ class _Single:
             with c.rng.active(self.device):
                 logits = c.module.head(hidden, mask)
             loss = c.setup.kind.loss(c.module.head, logits, batch)
-            if not torch.isfinite(loss):
-                diverged.append((c, float(loss.detach())))
+            value = float(loss.detach())  # one read-back a cell and step
+            if not math.isfinite(value):
+                diverged.append((c, value))
                 self.cells.remove(c)
                 c.seconds += time.perf_counter() - started
                 continue
-            c.module.add_train_loss(float(loss.detach()), mask.shape[0])
+            c.module.add_train_loss(value, mask.shape[0])
             loss.backward()
             assert c.optimizer is not None
             if c.clip:
