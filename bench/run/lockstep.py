@@ -576,7 +576,8 @@ def _train_cells(
         cell.result["train_time_s"] = cell.seconds
         cell.result["throughput"] = {**timer.summary(), "cells": len(alive)}
         alive.remove(cell)
-        git.update(git or provenance.git_commit())
+        if not git:
+            git.update(provenance.git_commit())
         results[index[id(cell.cfg)]] = _finish(cell, error, group, output.result_file, git)
 
     try:
