@@ -32,6 +32,7 @@ parameter-free can be stacked (:func:`stack_key`): ``linear``, ``pooler``,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -273,12 +274,10 @@ class StackedHeads:
         if all(order == orders[0] for order in orders):
             norms = [torch.linalg.vector_norm(grads[n].flatten(1), 2.0, dim=1) for n in orders[0]]
             total = torch.linalg.vector_norm(torch.stack(norms, dim=1), 2.0, dim=1)
-            limits = _to_device([float(m or 1.0) for m in max_norms], total)
+            # an unclipped cell's limit is infinite: its coefficient clamps to exactly 1
+            limits = _to_device([float(m) if m else math.inf for m in max_norms], total)
             # max_norm / (total + 1e-6) as clip_grad_norm_ computes it (Tensor.__rtruediv__)
             coef = torch.clamp((total + 1e-6).reciprocal() * limits, max=1.0)
-            if not all(max_norms):
-                clipped = _to_device([float(bool(m)) for m in max_norms], total)
-                coef = torch.where(clipped > 0, coef, torch.ones_like(coef))
         else:
             coefs = []
             for i, (max_norm, order) in enumerate(zip(max_norms, orders, strict=True)):
