@@ -6,7 +6,8 @@
 #
 # 1. check: GPU, package versions there vs here, MiniLM loads as float32, the plan (dry run);
 # 2. tests: the GPU-only tests (lock-step agrees with each cell alone on CUDA; the real
-#    nvidia-smi sampler) and the device-resident cache's tests;
+#    nvidia-smi sampler; a fine-tuning step reads nothing back from the GPU) and the
+#    device-resident cache's tests;
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
 #    $OUT/perf_gpu.json, resumed from the carried one;
 # 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
@@ -22,7 +23,7 @@ total=${1:-500}
 out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-check tests perf bench}
-perf_args=${PERF_ARGS:---parts lockstep,finetune,flops,packed,grid --lockstep-cells 20 \
+perf_args=${PERF_ARGS:---parts lockstep,finetune,steps,flops,packed,grid --lockstep-cells 20 \
 --ft-frameworks headbench,headbench_step_sync,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 head=bilstm hydra/launcher=lockstep \
@@ -53,7 +54,8 @@ for s in $steps; do
   tests)
     step 60 tests -x \
       tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone \
-      tests/test_gpu_sampler.py::test_the_real_nvidia_smi_sees_a_busy_gpu tests/test_resident.py
+      tests/test_gpu_sampler.py::test_the_real_nvidia_smi_sees_a_busy_gpu tests/test_resident.py \
+      tests/test_step_anatomy.py::test_on_a_gpu_headbench_steps_read_nothing_back
     ;;
   # shellcheck disable=SC2086  # the argument lists split on purpose
   perf) step 250 perf $perf_args ;;

@@ -134,7 +134,8 @@ EOF
   rc=${PIPESTATUS[0]}
   ;;
 tests)
-  [ $# -gt 0 ] || set -- tests/test_lockstep.py tests/test_resident.py tests/test_gpu_sampler.py
+  [ $# -gt 0 ] || set -- tests/test_lockstep.py tests/test_resident.py tests/test_gpu_sampler.py \
+    tests/test_step_anatomy.py
   run_for 0 "$py" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$out/tests.log"
   rc=${PIPESTATUS[0]}
   ;;

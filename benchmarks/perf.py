@@ -32,6 +32,9 @@ Everything is measured side by side in one run on this machine (nothing is extra
    process, against the same K one after another: K is what the memory estimate of
    ``hydra/launcher=gpu_pack`` (:mod:`bench.run.packing`) lets fit, at most ``--pack-max``
    (on a CPU also at most the cores, the threads split between the cells).
+7. ``steps``: the anatomy of part 2's fine-tuning step (:mod:`benchmarks.step_anatomy`):
+   operators, kernels, GPU busy time and host syncs per optimizer step, headbench against the
+   Trainer, in float32 and bf16-mixed, under ``torch.profiler``.
 
 Every measured run is wrapped in :class:`bench.run.gpu_sampler.GpuSampler` (GPU
 utilisation from ``nvidia-smi``; nothing on a CPU); each part records the commit that
@@ -67,6 +70,7 @@ from bench.paths import config_dir
 from bench.run.gpu_sampler import GpuSampler
 from bench.run.provenance import git_commit, hardware
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
+from benchmarks.step_anatomy import STEP_SIDES, run_steps, steps_table
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
@@ -463,7 +467,9 @@ def _train_cpu_time_callback() -> Any:
     return TrainCpuTime()
 
 
-def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str, Any]:
+def _hf_trainer_cell(
+    args: argparse.Namespace, cfg: Any, work: Path, precision: str = "32-true"
+) -> dict[str, Any]:
     import numpy as np
     from datasets import Dataset
     from omegaconf import OmegaConf
@@ -520,6 +526,7 @@ def _hf_trainer_cell(args: argparse.Namespace, cfg: Any, work: Path) -> dict[str
         logging_strategy="no",
         report_to="none",
         use_cpu=not torch.cuda.is_available(),  # the device headbench's side trains on
+        bf16=precision.startswith("bf16"),  # bf16-mixed: autocast, as Lightning's
         seed=args.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
@@ -1114,6 +1121,7 @@ def table(state: dict[str, Any]) -> str:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
     lines += _lockstep_table(state.get("lockstep") or {})
     lines += _packed_table(state.get("packed") or {})
+    lines += steps_table(state.get("steps") or {})
     lines += gpu_table(state)
     lines += targets(state)
     return "\n".join(lines)
@@ -1319,6 +1327,17 @@ def _frameworks(text: str) -> list[str]:
     return names
 
 
+def _step_sides(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STEP_SIDES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: unknown side {unknown[0] if unknown else ''!r} "
+            f"(valid: {', '.join(STEP_SIDES)})"
+        )
+    return names
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python benchmarks/perf.py", description=__doc__.split("\n")[0]
@@ -1331,9 +1350,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--parts",
-        default="grid,finetune,flops,lockstep,packed",
+        default="grid,finetune,flops,lockstep,packed,steps",
         help="comma-separated: grid (parts 1 and 4), finetune (2), flops (3), lockstep (5), "
-        "packed (6), table (reprint)",
+        "packed (6), steps (7), table (reprint)",
     )
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--task", default="sst2")
@@ -1369,6 +1388,24 @@ def _parser() -> argparse.ArgumentParser:
         f"required (default: {','.join(FRAMEWORKS)})",
     )
     p.add_argument("--ft-repeats", type=int, default=3, help="fine-tuning runs per framework")
+    p.add_argument(
+        "--steps-sides",
+        type=_step_sides,
+        default=list(STEP_SIDES),
+        help=f"comma-separated sides of the steps part (default: {','.join(STEP_SIDES)})",
+    )
+    p.add_argument(
+        "--steps-train-size",
+        type=int,
+        default=2000,
+        help="steps part: training examples (one epoch; it needs wait + active batches)",
+    )
+    p.add_argument(
+        "--steps-wait", type=int, default=20, help="steps part: optimizer steps before the window"
+    )
+    p.add_argument(
+        "--steps-active", type=int, default=10, help="steps part: optimizer steps profiled"
+    )
     p.add_argument(
         "--matmul-n", type=int, default=None, help="matmul peak size (default: 2048 CPU, 8192 GPU)"
     )
@@ -1429,7 +1466,7 @@ def check_same_device(state: dict[str, Any], device: dict[str, Any], out: Path) 
 
 
 #: The parts ``--parts`` takes, in the order a full run measures them.
-PARTS = ("grid", "finetune", "flops", "lockstep", "packed", "table")
+PARTS = ("grid", "finetune", "flops", "lockstep", "packed", "steps", "table")
 
 
 def default_out(device: dict[str, Any]) -> Path:
@@ -1473,6 +1510,7 @@ def main(argv: list[str] | None = None) -> None:
         "flops": run_flops,
         "lockstep": run_lockstep,
         "packed": run_packed,
+        "steps": run_steps,
         "table": lambda *_: None,
     }
     code = git_commit()  # the code that measured each part (a rerun may resume at another)

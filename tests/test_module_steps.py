@@ -84,3 +84,25 @@ def test_gradients_are_freed_after_each_step_and_training_is_bit_identical(data_
         for name, param in ours.named_parameters():
             assert torch.equal(param, theirs[name]), name
         assert ours.history == default.history
+
+
+def test_a_fused_request_under_mixed_precision_gets_the_multi_tensor_update():
+    """Lightning refuses clipping with a fused optimizer under mixed precision (foreach there)."""
+    module = HeadbenchModule(
+        encoder=TINY,
+        head={"name": "linear"},
+        freeze={"name": "full"},
+        task="sst2",
+        optim={**OPTIM, "fused": True},
+    )
+    kinds = {}
+    for precision in ("32-true", "bf16-mixed"):
+        optimizer, _ = module.build_optimizer(10, 5, precision)
+        kinds[precision] = (optimizer.defaults["fused"], optimizer.defaults["foreach"])
+    assert kinds == {"32-true": (True, None), "bf16-mixed": (None, True)}
+    plain = HeadbenchModule(
+        encoder=TINY, head={"name": "linear"}, freeze={"name": "full"}, task="sst2", optim=OPTIM
+    )
+    for precision in ("32-true", "bf16-mixed"):  # nothing requested: torch's default, as before
+        optimizer, _ = plain.build_optimizer(10, 5, precision)
+        assert (optimizer.defaults["fused"], optimizer.defaults["foreach"]) == (None, None)

@@ -64,7 +64,7 @@ from bench.run import provenance
 from bench.run.preflight import check_cell
 from bench.run.search import enabled as search_enabled
 from bench.run.search import pending_trials, read_trial, trial_lock
-from bench.run.timing import TrainLoopTimer, count_batch, phase
+from bench.run.timing import TrainLoopTimer, phase
 from bench.run.train import (
     CellSetup,
     conclude_cell,
@@ -596,7 +596,7 @@ def _train_cells(
                 since = charge(since)  # batch gathering, counted per step
                 for cell, loss in ended:
                     end(cell, DivergedError(step, loss))
-                count_batch(timer.counts, batch["attention_mask"])
+                timer.count(batch["attention_mask"])
                 step += 1
             timer.stop()
             _evaluate(units, datamodule, plan, first, device)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
+from torch import Tensor
 
 #: The phases of a cell's wall time a result records under ``phases_s`` (seconds each):
 #: the data module (tokenizer, reading and tokenizing the splits), the model (the encoder
@@ -50,20 +51,31 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def count_batch(counts: dict[str, int], attention_mask: Any) -> None:
+def count_batch(counts: dict[str, int], attention_mask: Tensor) -> Tensor | None:
     """Add one padded batch to ``counts`` (keys :data:`BATCH_COUNTS`).
+
+    The real tokens of a mask on the CPU are added at once. Those of a mask on a GPU are not
+    read back here (reading a value waits for every queued kernel: a sync every batch);
+    their count is returned, still on the device, for the caller to add up and read once.
 
     Args:
         counts: Running totals, updated in place.
         attention_mask: The batch's (B, T) mask: examples B, real tokens ``sum(mask)``,
             padded tokens ``B * T`` and ``B * T**2`` (what attention costs).
+
+    Returns:
+        None, or the real tokens of a mask that is not on the CPU (a 0-d tensor there).
     """
     b, t = attention_mask.shape
     counts["batches"] += 1
     counts["examples"] += b
-    counts["tokens"] += int(attention_mask.sum())
     counts["padded_tokens"] += b * t
     counts["padded_tokens_sq"] += b * t * t
+    tokens = attention_mask.sum()
+    if tokens.device.type != "cpu":
+        return tokens
+    counts["tokens"] += int(tokens)
+    return None
 
 
 class TrainLoopTimer(L.Callback):
@@ -83,6 +95,24 @@ class TrainLoopTimer(L.Callback):
         self.minor_faults = 0
         self.counts = dict.fromkeys(BATCH_COUNTS, 0)
         self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
+        self._device_tokens: Tensor | None = None  # real tokens on a GPU, not yet read
+
+    def count(self, attention_mask: Tensor) -> None:
+        """Count one training batch (:func:`count_batch`) without waiting for its device.
+
+        Args:
+            attention_mask: The batch's (B, T) mask, wherever the batch is.
+        """
+        tokens = count_batch(self.counts, attention_mask)
+        if tokens is not None:
+            pending = self._device_tokens
+            self._device_tokens = tokens if pending is None else pending + tokens
+
+    def _read_tokens(self) -> None:
+        """Add the real tokens still on a device to :attr:`counts` (one read)."""
+        if self._device_tokens is not None:
+            self.counts["tokens"] += int(self._device_tokens)
+            self._device_tokens = None
 
     def start(self) -> None:
         """Start (or resume) timing; what :meth:`stop` adds up (also used without a Trainer)."""
@@ -123,10 +153,11 @@ class TrainLoopTimer(L.Callback):
         batch_idx: int,
     ) -> None:
         """Count the batch's examples and tokens."""
-        count_batch(self.counts, batch["attention_mask"])
+        self.count(batch["attention_mask"])
 
     def state_dict(self) -> dict[str, Any]:
         """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
+        self._read_tokens()
         return {**{k: getattr(self, k) for k in _SPANS}, **self.counts}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -138,6 +169,7 @@ class TrainLoopTimer(L.Callback):
 
     def summary(self) -> dict[str, float | int | None]:
         """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
+        self._read_tokens()
         return {
             "train_loop_s": self.seconds,
             "train_loop_cpu_s": self.cpu_seconds,

@@ -1,0 +1,323 @@
+"""What one fine-tuning step asks of the host: ``python benchmarks/perf.py --parts steps``.
+
+A small model fine-tuned at batch 32 leaves a GPU mostly idle (issue #22: MiniLM on SST-2 ran
+at 15 ms a step on an H200, for a few hundred microseconds of arithmetic): the step's wall is
+what the host spends issuing it. This part profiles a window of optimizer steps of the
+fine-tuning cell of ``perf.py``'s part 2 (``torch.profiler``) for each side of
+:data:`STEP_SIDES` (headbench and the HF ``Trainer``, in float32 and in ``bf16-mixed``), each
+in a fresh process, and records per optimizer step:
+
+- ``step_ms``: the median interval between two optimizer steps before the window (not
+  profiled; the profiler slows the host);
+- ``ops``: ``aten`` operators called from outside another operator (from Python or from an
+  autograd node): each is one trip through the dispatcher, and on a GPU usually one or more
+  kernel launches; ``view_ops`` counts those of them that only make a view or an empty
+  tensor (no kernel);
+- ``op_ms``: the host time inside those operators (their total CPU time);
+- on a GPU also ``kernels`` and ``kernel_ms`` (what the GPU ran and for how long: busy time),
+  the CUDA runtime's launch calls, and ``syncs`` (calls that make the host wait for the GPU:
+  ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, blocking
+  ``cudaMemcpy``), with ``memcpy`` counting every copy call;
+- the operators with the most host time (``top``).
+
+The window opens after ``--steps-wait`` optimizer steps and spans ``--steps-active`` steps; a
+step is whatever happens between two calls of the optimizer's ``step`` (a global
+post-step hook, so both frameworks are cut at the same place: data, forward, backward,
+clipping, optimizer, scheduler, logging). The counts on a CPU are those a GPU's host would
+dispatch, but for a few device-specific kernels (e.g. the fused AdamW is one operator on both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+#: The sides: ``(framework, precision)``. The headbench sides run part 2's headbench cell
+#: (fused AdamW in float32; Lightning refuses clipping with a fused optimizer under mixed
+#: precision, so bf16-mixed runs the foreach one); the Trainer sides part 2's Trainer run.
+STEP_SIDES: dict[str, tuple[str, str]] = {
+    "headbench": ("headbench", "32-true"),
+    "headbench_bf16": ("headbench", "bf16-mixed"),
+    "hf_trainer": ("hf_trainer", "32-true"),
+    "hf_trainer_bf16": ("hf_trainer", "bf16-mixed"),
+}
+#: Operators that make a view or an empty tensor: no kernel runs.
+VIEW_OPS = frozenset(
+    f"aten::{name}"
+    for name in (
+        *("alias", "as_strided", "chunk", "detach", "empty", "empty_like", "empty_strided"),
+        *("expand", "lift_fresh", "narrow", "permute", "reshape", "_reshape_alias"),
+        *("resolve_conj", "resolve_neg", "select", "slice", "split", "squeeze", "t"),
+        *("transpose", "unbind", "unflatten", "unsqueeze", "view", "_unsafe_view", "view_as"),
+    )
+)
+#: CUDA runtime calls that launch work.
+LAUNCHES = frozenset(
+    ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+)
+#: CUDA runtime calls after which the host has waited for the GPU.
+SYNCS = frozenset(
+    ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One profiled event, reduced to what :func:`summarise` reads.
+
+    Attributes:
+        name: The operator, runtime call or kernel name.
+        on_device: Whether it ran on the GPU (a kernel or a device copy).
+        parent: The name of the host event it was called from, or None at the top.
+        cpu_us: Its total host time (children included), microseconds.
+        device_us: Its GPU time, microseconds (device events only).
+    """
+
+    name: str
+    on_device: bool
+    parent: str | None
+    cpu_us: float
+    device_us: float
+
+
+def events_of(prof: torch.profiler.profile) -> list[Event]:
+    """The events of a finished ``torch.profiler`` run as :class:`Event` records."""
+    out, attached = [], []
+    for e in prof.events():
+        on_device = e.device_type != torch.autograd.DeviceType.CPU
+        parent = e.cpu_parent.name if e.cpu_parent is not None else None
+        device_us = float(e.device_time_total or 0.0) if on_device else 0.0
+        out.append(Event(e.name, on_device, parent, float(e.cpu_time_total), device_us))
+        attached += [Event(k.name, True, e.name, 0.0, float(k.duration)) for k in e.kernels]
+    # Kernels are device events of their own; a build that only attaches them to the
+    # operator that launched them still has them there.
+    return out if any(e.on_device for e in out) else out + attached
+
+
+def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, Any]:
+    """Per-step counts and times of a window of ``steps`` optimizer steps.
+
+    Args:
+        events: The window's events.
+        steps: Optimizer steps in the window.
+        top: How many operators to list by host time.
+
+    Returns:
+        ``ops``, ``view_ops``, ``op_ms``, ``kernels``, ``kernel_ms``, ``launches``, ``syncs``,
+        ``memcpy`` (each per step), ``top``: ``[name, calls per step, ms per step]``, and
+        ``calls``: every operator's calls per step.
+    """
+    ops: Counter[str] = Counter()
+    op_us: Counter[str] = Counter()
+    runtime: Counter[str] = Counter()
+    kernels, kernel_us = 0, 0.0
+    for e in events:
+        if e.on_device:
+            kernels += 1
+            kernel_us += e.device_us
+        elif e.name.startswith("aten::") and not (e.parent or "").startswith("aten::"):
+            ops[e.name] += 1
+            op_us[e.name] += e.cpu_us
+        elif e.name.startswith(("cuda", "cu")):
+            runtime[e.name] += 1
+    per = 1.0 / steps
+    return {
+        "ops": sum(ops.values()) * per,
+        "view_ops": sum(n for name, n in ops.items() if name in VIEW_OPS) * per,
+        "op_ms": sum(op_us.values()) / 1000 * per,
+        "kernels": kernels * per,
+        "kernel_ms": kernel_us / 1000 * per,
+        "launches": sum(runtime[n] for n in LAUNCHES) * per,
+        "syncs": sum(runtime[n] for n in SYNCS) * per,
+        "memcpy": sum(n for name, n in runtime.items() if name.startswith("cudaMemcpy")) * per,
+        "top": [[name, ops[name] * per, us / 1000 * per] for name, us in op_us.most_common(top)],
+        "calls": {name: n * per for name, n in sorted(ops.items())},
+    }
+
+
+class StepWindow:
+    """Profile optimizer steps ``[wait, wait + active)`` of whatever trains in this process.
+
+    Every optimizer's ``step`` calls a global post-step hook (both headbench's Lightning loop
+    and the HF ``Trainer`` step a ``torch.optim`` optimizer once per batch), which times the
+    steps, opens the profiler after ``wait`` steps and closes it ``active`` steps later. On a
+    GPU the queue is drained when the window opens and closes, so its kernels are its own.
+
+    Args:
+        wait: Optimizer steps before the window (the first ones warm up; their intervals,
+            but the first ``wait // 4``, give :attr:`step_ms`).
+        active: Optimizer steps profiled.
+    """
+
+    def __init__(self, wait: int, active: int) -> None:
+        if wait < 2 or active < 1:
+            raise ValueError(f"wait must be >= 2 and active >= 1, got {wait} and {active}")
+        self.wait, self.active = wait, active
+        self.steps = 0
+        self.stamps: list[float] = []
+        self.summary: dict[str, Any] | None = None
+        self._prof: torch.profiler.profile | None = None
+        self._opened = 0.0
+
+    def _hook(self, *_: Any) -> None:
+        self.steps += 1
+        self.stamps.append(time.perf_counter())
+        if self.steps == self.wait:
+            self._sync()
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._prof = torch.profiler.profile(activities=activities)
+            self._prof.__enter__()
+            self._opened = time.perf_counter()
+        elif self.steps == self.wait + self.active and self._prof is not None:
+            self._sync()
+            wall = time.perf_counter() - self._opened
+            self._prof.__exit__(None, None, None)
+            self.summary = summarise(events_of(self._prof), self.active)
+            self.summary["profiled_step_ms"] = wall / self.active * 1000
+            self._prof = None
+
+    @staticmethod
+    def _sync() -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    @property
+    def step_ms(self) -> float | None:
+        """Median interval between optimizer steps before the window, milliseconds."""
+        skip = self.wait // 4
+        stamps = self.stamps[skip : self.wait]
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        return statistics.median(gaps) * 1000 if gaps else None
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[StepWindow]:
+        """Install the hook for the duration of the block."""
+        handle = register_optimizer_step_post_hook(self._hook)
+        try:
+            yield self
+        finally:
+            handle.remove()
+            if self._prof is not None:  # training ended inside the window
+                self._prof.__exit__(None, None, None)
+                self._prof = None
+
+    def record(self) -> dict[str, Any]:
+        """What was measured; ``summary`` is None when training ended before the window did."""
+        return {
+            "steps_seen": self.steps,
+            "wait": self.wait,
+            "active": self.active,
+            "step_ms": self.step_ms,
+            "summary": self.summary,
+        }
+
+
+def profile_side(args: argparse.Namespace, side: str, work: Path) -> dict[str, Any]:
+    """Train part 2's cell as ``side`` (:data:`STEP_SIDES`) in this process and profile it."""
+    from benchmarks import perf
+
+    framework, precision = STEP_SIDES[side]
+    perf._quiet()
+    torch.set_num_threads(args.threads)
+    window = StepWindow(args.steps_wait, args.steps_active)
+    overrides = [*perf._finetune_overrides(args, "bucket"), f"trainer.precision={precision}"]
+    with window.watching():
+        if framework == "headbench":
+            run = perf._run_cell(overrides, work)
+        else:
+            run = perf._hf_trainer_cell(args, perf._compose(overrides), work, precision)
+    return {
+        "side": side,
+        "framework": framework,
+        "precision": precision,
+        **window.record(),
+        "dev_accuracy": run["dev_accuracy"],
+    }
+
+
+def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
+    """Part 7: one profiled window per side, each in a fresh process; resumes side by side."""
+    from benchmarks import perf
+
+    keys = ("encoder", "task", "max_length", "batch_size", "seed", "threads")
+    settings: dict[str, Any] = {k: getattr(args, k) for k in keys}
+    settings.update(
+        train_size=args.steps_train_size, epochs=1, wait=args.steps_wait, active=args.steps_active
+    )
+    part = state.setdefault("steps", {})
+    if part.get("settings") != settings:
+        part.clear()
+        part["settings"] = settings
+    sides = part.setdefault("sides", {})
+    work = Path(tempfile.mkdtemp(prefix="headbench-perf-steps-"))
+    one_epoch = argparse.Namespace(
+        **{**vars(args), "ft_epochs": 1, "ft_train_size": args.steps_train_size}
+    )
+    for side in args.steps_sides:
+        if side in sides:
+            continue
+        (record,) = perf._in_fresh_processes(profile_side, [(one_epoch, side, work / side)])
+        sides[side] = record
+        s = record["summary"] or {}
+        print(
+            f"[steps {side}] {record['step_ms'] or float('nan'):.1f} ms a step, "
+            f"{s.get('ops', float('nan')):.0f} operators, {s.get('kernels', 0):.0f} kernels, "
+            f"{s.get('syncs', 0):.1f} syncs a step",
+            flush=True,
+        )
+        save()
+
+
+def steps_table(part: dict[str, Any]) -> list[str]:
+    """Part 7's figures as Markdown, when measured."""
+    sides = part.get("sides") or {}
+    if not sides:
+        return []
+    st = part["settings"]
+    gpu = any((r.get("summary") or {}).get("kernels") for r in sides.values())
+    head = "| side | ms a step | operators | of which views | host ms in operators |"
+    rule = "|---|---|---|---|---|"
+    if gpu:
+        head += " kernels | GPU busy ms | launches | syncs | copies |"
+        rule += "---|---|---|---|---|"
+    lines = [
+        "",
+        f"Anatomy of a fine-tuning step ({st['encoder']}, {st['task']}, batch "
+        f"{st['batch_size']}, max length {st['max_length']}; per optimizer step: the median "
+        f"interval before the profiled window, then steps {st['wait']}-"
+        f"{st['wait'] + st['active'] - 1} under torch.profiler; operators: aten calls from "
+        "Python or autograd):",
+        "",
+        head,
+        rule,
+    ]
+    for side, r in sides.items():
+        s = r.get("summary")
+        if not s:
+            lines.append(f"| {side} | training ended before the window closed |")
+            continue
+        row = (
+            f"| {side} | {r['step_ms']:.2f} | {s['ops']:.0f} | {s['view_ops']:.0f} "
+            f"| {s['op_ms']:.2f} |"
+        )
+        if gpu:
+            row += (
+                f" {s['kernels']:.0f} | {s['kernel_ms']:.2f} | {s['launches']:.0f} "
+                f"| {s['syncs']:.1f} | {s['memcpy']:.1f} |"
+            )
+        lines.append(row)
+    return lines
