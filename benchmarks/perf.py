@@ -1121,7 +1121,7 @@ def table(state: dict[str, Any]) -> str:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
     lines += _lockstep_table(state.get("lockstep") or {})
     lines += _packed_table(state.get("packed") or {})
-    lines += steps_table(state.get("steps") or {})
+    lines += steps_table(state.get("steps") or {}, (state.get("part_machine") or {}).get("steps"))
     lines += gpu_table(state)
     lines += targets(state)
     return "\n".join(lines)
@@ -1491,7 +1491,11 @@ def main(argv: list[str] | None = None) -> None:
     _quiet()
     check_same_device(state, device, args.out)
     machine = hardware()
-    state["machine"] = {
+    # Until part_machine, a file had one machine record for all its parts: theirs.
+    measured = [n for n in PARTS if n != "table" and n in state]
+    if "machine" in state and "part_machine" not in state:
+        state["part_machine"] = dict.fromkeys(measured, state["machine"])
+    state["machine"] = {  # the machine of the latest run; each part's is in part_machine
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "torch": torch.__version__,
@@ -1517,6 +1521,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in names:
         if name != "table":
             state.setdefault("part_git", {})[name] = code
+            state.setdefault("part_machine", {})[name] = state["machine"]
         started = time.perf_counter()
         parts[name](args, state, save)
         state.setdefault("part_seconds", {})[name] = time.perf_counter() - started

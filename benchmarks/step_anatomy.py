@@ -282,12 +282,24 @@ def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
         save()
 
 
-def steps_table(part: dict[str, Any]) -> list[str]:
-    """Part 7's figures as Markdown, when measured."""
+def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> list[str]:
+    """Part 7's figures as Markdown, when measured.
+
+    Args:
+        part: The ``steps`` part of the output file.
+        machine: The machine that measured it (the file's ``part_machine``), if recorded.
+    """
     sides = part.get("sides") or {}
     if not sides:
         return []
     st = part["settings"]
+    device = (machine or {}).get("device") or {}
+    where = (
+        f"{device.get('name') or device.get('kind')}; {machine.get('cpu_model')}, "
+        f"{machine.get('cpus')} cores, torch {machine.get('torch')}; "
+        if machine
+        else ""
+    )
     gpu = any((r.get("summary") or {}).get("kernels") for r in sides.values())
     head = "| side | ms a step | operators | of which views | host ms in operators |"
     rule = "|---|---|---|---|---|"
@@ -296,7 +308,7 @@ def steps_table(part: dict[str, Any]) -> list[str]:
         rule += "---|---|---|---|---|"
     lines = [
         "",
-        f"Anatomy of a fine-tuning step ({st['encoder']}, {st['task']}, batch "
+        f"Anatomy of a fine-tuning step ({where}{st['encoder']}, {st['task']}, batch "
         f"{st['batch_size']}, max length {st['max_length']}; per optimizer step: the median "
         f"interval before the profiled window, then steps {st['wait']}-"
         f"{st['wait'] + st['active'] - 1} under torch.profiler; operators: aten calls from "
