@@ -74,6 +74,7 @@ _HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
     "data": {"group_by_length": False},
     "optim": {"fused": False},
     "encoder": {"summary": "first"},
+    "trainer": {"compile": False},
 }
 # Keys of the `selection` group added after heldout results were committed: hashed only when
 # they differ from the old behaviour (`carve: last`, the slice from what the subset leaves).
@@ -244,6 +245,8 @@ def config_hash(cfg: DictConfig) -> str:
         hashed["order_seed"] = order_seed
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
+        if cache.get("enabled", True) is not False:  # no encoder forward to compile
+            hashed["trainer"].pop("compile", None)
         changed = {
             key: cache.get(key)
             for key, default in CACHE_DEFAULTS.items()

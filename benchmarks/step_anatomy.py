@@ -8,7 +8,8 @@ fine-tuning cell of ``perf.py``'s part 2 (``torch.profiler``) for each side of
 in a fresh process, and records per optimizer step:
 
 - ``step_ms``: the median interval between two optimizer steps before the window (not
-  profiled; the profiler slows the host);
+  profiled; the profiler slows the host), ``gaps_ms`` all of them (a compiled encoder's first
+  steps show what compiling costs);
 - ``ops``: ``aten`` operators called from outside another operator (from Python or from an
   autograd node): each is one trip through the dispatcher, and on a GPU usually one or more
   kernel launches; ``view_ops`` counts those of them that only make a view or an empty
@@ -42,16 +43,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-#: The sides: ``(framework, precision)``. The headbench sides run part 2's headbench cell
-#: (fused AdamW in float32; Lightning refuses clipping with a fused optimizer under mixed
-#: precision, so bf16-mixed runs the foreach one); the Trainer sides part 2's Trainer run.
-STEP_SIDES: dict[str, tuple[str, str]] = {
-    "headbench": ("headbench", "32-true"),
-    "headbench_bf16": ("headbench", "bf16-mixed"),
-    "hf_trainer": ("hf_trainer", "32-true"),
-    "hf_trainer_bf16": ("hf_trainer", "bf16-mixed"),
+#: The sides: ``(framework, precision, headbench overrides)``. The headbench sides run part
+#: 2's headbench cell (fused AdamW in float32; Lightning refuses clipping with a fused
+#: optimizer under mixed precision, so bf16-mixed runs the foreach one), ``headbench_compile``
+#: with its encoder compiled (``trainer.compile=default``: its first steps pay the
+#: compilation, the window is after them); the Trainer sides part 2's Trainer run.
+STEP_SIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "headbench": ("headbench", "32-true", ()),
+    "headbench_bf16": ("headbench", "bf16-mixed", ()),
+    "headbench_compile": ("headbench", "32-true", ("trainer.compile=default",)),
+    "hf_trainer": ("hf_trainer", "32-true", ()),
+    "hf_trainer_bf16": ("hf_trainer", "bf16-mixed", ()),
 }
 #: Operators that make a view or an empty tensor: no kernel runs.
 VIEW_OPS = frozenset(
@@ -167,9 +173,28 @@ class StepWindow:
         self.wait, self.active = wait, active
         self.steps = 0
         self.stamps: list[float] = []
+        #: Padded tokens of each step's batch (index: steps finished when it was looked up).
+        self.tokens: dict[int, int] = {}
         self.summary: dict[str, Any] | None = None
         self._prof: torch.profiler.profile | None = None
         self._opened = 0.0
+
+    def _lookup(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        """Note the padded tokens of a step's batch: its first 2-D embedding lookup.
+
+        The word embedding is the first embedding a forward calls in the encoders here (BERT,
+        RoBERTa, GPT-2 embed words before positions); evaluation forwards run without
+        gradients and are not counted.
+        """
+        ids = args[0] if args else None
+        if (
+            isinstance(module, nn.Embedding)
+            and isinstance(ids, torch.Tensor)
+            and ids.dim() == 2
+            and torch.is_grad_enabled()
+            and self.steps not in self.tokens
+        ):
+            self.tokens[self.steps] = ids.numel()
 
     def _hook(self, *_: Any) -> None:
         self.steps += 1
@@ -188,12 +213,32 @@ class StepWindow:
             self._prof.__exit__(None, None, None)
             self.summary = summarise(events_of(self._prof), self.active)
             self.summary["profiled_step_ms"] = wall / self.active * 1000
+            window = [self.tokens.get(i, 0) for i in range(self.wait, self.wait + self.active)]
+            self.summary["padded_tokens"] = sum(window) / self.active
             self._prof = None
 
     @staticmethod
     def _sync() -> None:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+
+    @property
+    def gaps_ms(self) -> list[float]:
+        """Every interval between two optimizer steps before the window, milliseconds."""
+        stamps = self.stamps[: self.wait]
+        return [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
+
+    @property
+    def ms_per_1k_tokens(self) -> float | None:
+        """The steps of :attr:`step_ms` as milliseconds per 1,000 padded tokens of their batches.
+
+        On a CPU a step's time grows with its batch's size, so two sides whose batches differ
+        compare here; on an idle GPU a step costs its launches whatever its size.
+        """
+        steps = range(self.wait // 4 + 1, self.wait)
+        tokens = sum(self.tokens.get(i, 0) for i in steps)
+        gaps = self.gaps_ms[self.wait // 4 :]
+        return sum(gaps) / tokens * 1000 if tokens and gaps else None
 
     @property
     def step_ms(self) -> float | None:
@@ -207,10 +252,12 @@ class StepWindow:
     def watching(self) -> Iterator[StepWindow]:
         """Install the hook for the duration of the block."""
         handle = register_optimizer_step_post_hook(self._hook)
+        lookups = register_module_forward_pre_hook(self._lookup)
         try:
             yield self
         finally:
             handle.remove()
+            lookups.remove()
             if self._prof is not None:  # training ended inside the window
                 self._prof.__exit__(None, None, None)
                 self._prof = None
@@ -222,6 +269,8 @@ class StepWindow:
             "wait": self.wait,
             "active": self.active,
             "step_ms": self.step_ms,
+            "ms_per_1k_tokens": self.ms_per_1k_tokens,
+            "gaps_ms": self.gaps_ms,
             "summary": self.summary,
         }
 
@@ -230,11 +279,15 @@ def profile_side(args: argparse.Namespace, side: str, work: Path) -> dict[str, A
     """Train part 2's cell as ``side`` (:data:`STEP_SIDES`) in this process and profile it."""
     from benchmarks import perf
 
-    framework, precision = STEP_SIDES[side]
+    framework, precision, extra = STEP_SIDES[side]
     perf._quiet()
     torch.set_num_threads(args.threads)
     window = StepWindow(args.steps_wait, args.steps_active)
-    overrides = [*perf._finetune_overrides(args, "bucket"), f"trainer.precision={precision}"]
+    overrides = [
+        *perf._finetune_overrides(args, "bucket"),
+        f"trainer.precision={precision}",
+        *extra,
+    ]
     with window.watching():
         if framework == "headbench":
             run = perf._run_cell(overrides, work)
@@ -301,8 +354,11 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
         else ""
     )
     gpu = any((r.get("summary") or {}).get("kernels") for r in sides.values())
-    head = "| side | ms a step | operators | of which views | host ms in operators |"
-    rule = "|---|---|---|---|---|"
+    head = (
+        "| side | ms a step (per 1k padded tokens) | padded tokens a step | operators "
+        "| of which views | host ms in operators |"
+    )
+    rule = "|---|---|---|---|---|---|"
     if gpu:
         head += " kernels | GPU busy ms | launches | syncs | copies |"
         rule += "---|---|---|---|---|"
@@ -310,9 +366,9 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
         "",
         f"Anatomy of a fine-tuning step ({where}{st['encoder']}, {st['task']}, batch "
         f"{st['batch_size']}, max length {st['max_length']}; per optimizer step: the median "
-        f"interval before the profiled window, then steps {st['wait']}-"
-        f"{st['wait'] + st['active'] - 1} under torch.profiler; operators: aten calls from "
-        "Python or autograd):",
+        f"interval before the profiled window and its time per 1,000 padded tokens, then "
+        f"steps {st['wait'] + 1}-{st['wait'] + st['active']} under torch.profiler; operators: "
+        "aten calls from Python or autograd):",
         "",
         head,
         rule,
@@ -322,8 +378,10 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
         if not s:
             lines.append(f"| {side} | training ended before the window closed |")
             continue
+        per_1k = r.get("ms_per_1k_tokens")
         row = (
-            f"| {side} | {r['step_ms']:.2f} | {s['ops']:.0f} | {s['view_ops']:.0f} "
+            f"| {side} | {r['step_ms']:.2f} ({'-' if per_1k is None else f'{per_1k:.2f}'}) "
+            f"| {s.get('padded_tokens', 0):.0f} | {s['ops']:.0f} | {s['view_ops']:.0f} "
             f"| {s['op_ms']:.2f} |"
         )
         if gpu:

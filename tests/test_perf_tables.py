@@ -185,7 +185,7 @@ def test_five_sides_with_faults_and_memory():
         "hf_trainer": [48, 49, 47],
         "hf_trainer_tuned": [51, 53, 50],
     }
-    order = perf._finetune_order(3, list(perf.FRAMEWORKS))
+    order = perf._finetune_order(3, list(speeds))
     runs, seen = [], dict.fromkeys(speeds, 0)
     for name in order:
         run = _run(name, speeds[name][seen[name]], 0.8)

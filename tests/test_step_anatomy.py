@@ -109,6 +109,11 @@ def test_a_headbench_cells_steps_are_profiled(compose_cfg, data_dir, tmp_path):
     assert record["steps_seen"] == 20  # 320 examples, batch 16
     calls = record["summary"]["calls"]
     assert calls["aten::_fused_adamw_"] >= 1  # optim.fused=true
+    # every step's batch is counted once (its word-embedding lookup), evaluation is not
+    assert sorted(window.tokens) == list(range(20))
+    assert all(n % 16 == 0 and 16 <= n <= 16 * 32 for n in window.tokens.values())
+    assert record["ms_per_1k_tokens"] > 0
+    assert record["summary"]["padded_tokens"] == sum(window.tokens[i] for i in range(6, 11)) / 5
     assert calls["aten::embedding"] == 3  # words, positions, token types: one forward a step
     assert calls["aten::layer_norm"] == 9  # embeddings + 2 per layer of the 4
 

@@ -22,6 +22,7 @@ from bench.data.tasks import get_task
 from bench.errors import EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
+from bench.model.compiled import compile_encoder
 from bench.model.encoders import EncoderInfo, load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
@@ -96,6 +97,10 @@ class HeadbenchModule(L.LightningModule):
         #: Read the training loss for NaN/inf every this many steps (and before each
         #: evaluation), not every step: reading it waits for the GPU (``runtime.loss_check_steps``).
         self.loss_check_steps = 1
+        #: ``trainer.compile``'s mode (:mod:`bench.model.compiled`), set by the run; None: eager.
+        self.compile_mode: str | None = None
+        #: The mode the encoder was compiled with when training started, or None.
+        self.compiled: str | None = None
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
     def _copy_pretrained_pooler(self) -> None:
@@ -151,6 +156,16 @@ class HeadbenchModule(L.LightningModule):
     def learning_rates(self) -> dict[str, Any]:
         """The learning rates to record: encoder and head, plus the strategy's own."""
         return self.adaptation.learning_rates(self.hparams["optim"])
+
+    def on_fit_start(self) -> None:
+        """Compile the encoder (``trainer.compile``) when its forward runs in training.
+
+        A cell that reads cached states (:meth:`use_cached_states`) runs no encoder forward
+        (``freeze=frozen``) or calls the top layers one by one (``top_k``): nothing to compile.
+        """
+        if self.compile_mode and self.feature_plan is None and self.compiled is None:
+            compile_encoder(self.encoder, self.compile_mode)
+            self.compiled = self.compile_mode
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The strategy's stage callback (records trainable counts; unfreezes phases)."""
@@ -368,6 +383,7 @@ class HeadbenchModule(L.LightningModule):
             "best": self.best,
             "report": self.report,
             "trainable_history": self.adaptation.trainable_history,
+            "compiled": self.compiled,
         }
 
     def restore_run_record(self, record: dict[str, Any]) -> None:
@@ -376,6 +392,7 @@ class HeadbenchModule(L.LightningModule):
         self.best = record["best"]
         self.report = record.get("report")
         self.adaptation.trainable_history = record["trainable_history"]
+        self.compiled = record.get("compiled")
 
     def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]
         """AdamW with separate encoder/head learning rates (groups from the strategy).

@@ -33,6 +33,7 @@ from bench.axes import encoders, freezing
 from bench.cell import check_identity
 from bench.data import selection, tasks
 from bench.errors import ConfigError, EncoderError
+from bench.model.compiled import check_compile_mode
 from bench.model.encoders import load_tokenizer, max_positions, resolve_source
 from bench.model.task_types import task_type
 from bench.run import search
@@ -200,6 +201,7 @@ def check_cell(cfg: DictConfig) -> None:
     check_identity(cfg)
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
+    check_compile_mode(OmegaConf.select(cfg, "trainer.compile", default=False))
     spec = tasks.validate(cfg.task.name)
     check_protocol(cfg)
     # Only the cell's own groups: the `hydra` node may need a live run to resolve.

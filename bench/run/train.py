@@ -28,6 +28,7 @@ from bench.data.baselines import best_constant
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import get_task
 from bench.errors import DivergedError, HeadbenchError
+from bench.model.compiled import check_compile_mode
 from bench.model.encoders import load_tokenizer
 from bench.model.module import HeadbenchModule
 from bench.model.task_types import task_type
@@ -259,6 +260,7 @@ def _train(
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
+    module.compile_mode = check_compile_mode(trainer_kwargs.pop("compile", False))
     timer = TrainLoopTimer()
     with phase(result, "trainer"):
         trainer = L.Trainer(
@@ -284,6 +286,8 @@ def _train(
         # trainable parameters at the start and at every change; params: the maximum
         result["trainable_params_history"] = module.adaptation.trainable_history
         result["params"] = module.parameter_counts()
+        if module.compile_mode:  # trainer.compile: whether the encoder's forward was compiled
+            result["compile"] = {"mode": module.compile_mode, "applied": bool(module.compiled)}
     with phase(result, "conclude"):
         conclude_cell(cfg, run_dir, result, setup)
 
