@@ -9,7 +9,9 @@
 #    nvidia-smi sampler; a fine-tuning step reads nothing back from the GPU) and the
 #    device-resident cache's tests;
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
-#    $OUT/perf_gpu.json, resumed from the carried one;
+#    $OUT/perf_gpu.json, resumed from the carried one: lock-step (the stacked step), the
+#    anatomy of a fine-tuning step (operators, kernels, GPU busy time and syncs per step;
+#    eager, compiled and bf16 against the Trainer), then fine-tuning, FLOP/s, packing, grid;
 # 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
 #    separated by `::`), resumed from the carried run directories: the BiLSTM on frozen SST-2
 #    (every other frozen cell is done), then fine-tuning, packed 4 to the GPU, on the small
@@ -23,7 +25,8 @@ total=${1:-500}
 out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-check tests perf bench}
-perf_args=${PERF_ARGS:---parts lockstep,finetune,steps,flops,packed,grid --lockstep-cells 20 \
+perf_args=${PERF_ARGS:---parts lockstep,steps,finetune,flops,packed,grid --lockstep-cells 20 \
+--steps-sides headbench,headbench_compile,headbench_bf16,hf_trainer \
 --ft-frameworks headbench,headbench_step_sync,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 head=bilstm hydra/launcher=lockstep \

@@ -184,8 +184,12 @@ class StepWindow:
 
         The word embedding is the first embedding a forward calls in the encoders here (BERT,
         RoBERTa, GPT-2 embed words before positions); evaluation forwards run without
-        gradients and are not counted.
+        gradients and are not counted. Inside a compiled encoder the hook is not run: traced,
+        it would guard on the step count and recompile the encoder every step, so a compiled
+        side records no tokens (it trains on its eager side's batches: same seed and order).
         """
+        if torch.compiler.is_compiling():
+            return
         ids = args[0] if args else None
         if (
             isinstance(module, nn.Embedding)
@@ -298,6 +302,8 @@ def profile_side(args: argparse.Namespace, side: str, work: Path) -> dict[str, A
         "framework": framework,
         "precision": precision,
         **window.record(),
+        "status": run.get("status", "ok"),  # the Trainer side raises instead of failing
+        "reason": run.get("reason"),
         "dev_accuracy": run["dev_accuracy"],
     }
 
@@ -376,7 +382,10 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
     for side, r in sides.items():
         s = r.get("summary")
         if not s:
-            lines.append(f"| {side} | training ended before the window closed |")
+            why = str(r.get("reason") or "").replace("|", "/").strip().split("\n")[0]
+            if r.get("status") != "failed" or not why:
+                why = "training ended before the window closed"
+            lines.append(f"| {side} | {why} |")
             continue
         per_1k = r.get("ms_per_1k_tokens")
         row = (

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.run.timing import TrainLoopTimer
 from bench.run.train import run
-from benchmarks.step_anatomy import Event, StepWindow, summarise
+from benchmarks.step_anatomy import Event, StepWindow, steps_table, summarise
 
 
 def _loop(steps: int, window: StepWindow) -> None:
@@ -168,3 +168,31 @@ def test_on_a_gpu_headbench_steps_read_nothing_back(compose_cfg, data_dir, tmp_p
         handle.remove()
     ours = [s for s in spy.stacks if "masking_utils.py" not in s]
     assert not ours, ours[0]
+
+
+def test_the_table_shows_gpu_columns_and_why_a_side_has_no_window():
+    gpu = summarise(
+        [Event("aten::mm", False, None, 10.0, 0.0), Event("gemm", True, None, 0.0, 4.0)], 1
+    )
+    gpu.update(profiled_step_ms=2.0, padded_tokens=512.0)
+    part = {
+        "settings": {"encoder": "minilm", "task": "sst2", "batch_size": 32, "max_length": 128}
+        | {"wait": 20, "active": 10},
+        "sides": {
+            "headbench": {"step_ms": 2.5, "ms_per_1k_tokens": 4.9, "summary": gpu},
+            "headbench_compile": {
+                "step_ms": None,
+                "summary": None,
+                "status": "failed",
+                "reason": "BackendCompilerFailed: no | compiler\nmore",
+            },
+            "hf_trainer": {"step_ms": 9.0, "summary": None, "status": "ok"},
+        },
+    }
+    machine = {"device": {"kind": "cuda", "name": "NVIDIA H100"}, "cpus": 16, "torch": "2.11"}
+    text = "\n".join(steps_table(part, machine))
+    assert "NVIDIA H100" in text and "steps 21-30 under torch.profiler" in text
+    assert "| kernels | GPU busy ms | launches | syncs | copies |" in text
+    assert "| headbench | 2.50 (4.90) | 512 | 1 | 0 | 0.01 | 1 | 0.00 | 0 | 0.0 | 0.0 |" in text
+    assert "| headbench_compile | BackendCompilerFailed: no / compiler |" in text
+    assert "| hf_trainer | training ended before the window closed |" in text
