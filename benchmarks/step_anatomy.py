@@ -8,8 +8,9 @@ fine-tuning cell of ``perf.py``'s part 2 (``torch.profiler``) for each side of
 in a fresh process, and records per optimizer step:
 
 - ``step_ms``: the median interval between two optimizer steps before the window (not
-  profiled; the profiler slows the host), ``gaps_ms`` all of them (a compiled encoder's first
-  steps show what compiling costs);
+  profiled; the profiler slows the host), ``gaps_ms`` all of them, and ``first_step_s``: from
+  the start of the cell (data, model) to its first step, which for a compiled encoder
+  includes compiling its forward and backward;
 - ``ops``: ``aten`` operators called from outside another operator (from Python or from an
   autograd node): each is one trip through the dispatcher, and on a GPU usually one or more
   kernel launches; ``view_ops`` counts those of them that only make a view or an empty
@@ -178,6 +179,7 @@ class StepWindow:
         self.summary: dict[str, Any] | None = None
         self._prof: torch.profiler.profile | None = None
         self._opened = 0.0
+        self._began = 0.0
 
     def _lookup(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         """Note the padded tokens of a step's batch: its first 2-D embedding lookup.
@@ -255,6 +257,7 @@ class StepWindow:
     @contextlib.contextmanager
     def watching(self) -> Iterator[StepWindow]:
         """Install the hook for the duration of the block."""
+        self._began = time.perf_counter()
         handle = register_optimizer_step_post_hook(self._hook)
         lookups = register_module_forward_pre_hook(self._lookup)
         try:
@@ -272,6 +275,7 @@ class StepWindow:
             "steps_seen": self.steps,
             "wait": self.wait,
             "active": self.active,
+            "first_step_s": self.stamps[0] - self._began if self.stamps else None,
             "step_ms": self.step_ms,
             "ms_per_1k_tokens": self.ms_per_1k_tokens,
             "gaps_ms": self.gaps_ms,
@@ -361,10 +365,10 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
     )
     gpu = any((r.get("summary") or {}).get("kernels") for r in sides.values())
     head = (
-        "| side | ms a step (per 1k padded tokens) | padded tokens a step | operators "
-        "| of which views | host ms in operators |"
+        "| side | s to the first step | ms a step (per 1k padded tokens) | padded tokens a step "
+        "| operators | of which views | host ms in operators |"
     )
-    rule = "|---|---|---|---|---|---|"
+    rule = "|---|---|---|---|---|---|---|"
     if gpu:
         head += " kernels | GPU busy ms | launches | syncs | copies |"
         rule += "---|---|---|---|---|"
@@ -387,10 +391,15 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
                 why = "training ended before the window closed"
             lines.append(f"| {side} | {why} |")
             continue
-        per_1k = r.get("ms_per_1k_tokens")
+        first, per_1k, tokens = (
+            r.get("first_step_s"),
+            r.get("ms_per_1k_tokens"),
+            s.get("padded_tokens"),
+        )
         row = (
-            f"| {side} | {r['step_ms']:.2f} ({'-' if per_1k is None else f'{per_1k:.2f}'}) "
-            f"| {s.get('padded_tokens', 0):.0f} | {s['ops']:.0f} | {s['view_ops']:.0f} "
+            f"| {side} | {'-' if first is None else f'{first:.1f}'} "
+            f"| {r['step_ms']:.2f} ({'-' if per_1k is None else f'{per_1k:.2f}'}) "
+            f"| {f'{tokens:.0f}' if tokens else '-'} | {s['ops']:.0f} | {s['view_ops']:.0f} "
             f"| {s['op_ms']:.2f} |"
         )
         if gpu:

@@ -113,6 +113,7 @@ def test_a_headbench_cells_steps_are_profiled(compose_cfg, data_dir, tmp_path):
     assert sorted(window.tokens) == list(range(20))
     assert all(n % 16 == 0 and 16 <= n <= 16 * 32 for n in window.tokens.values())
     assert record["ms_per_1k_tokens"] > 0
+    assert 0 < record["first_step_s"] < result["wall_time_s"]
     assert record["summary"]["padded_tokens"] == sum(window.tokens[i] for i in range(6, 11)) / 5
     assert calls["aten::embedding"] == 3  # words, positions, token types: one forward a step
     assert calls["aten::layer_norm"] == 9  # embeddings + 2 per layer of the 4
@@ -179,7 +180,12 @@ def test_the_table_shows_gpu_columns_and_why_a_side_has_no_window():
         "settings": {"encoder": "minilm", "task": "sst2", "batch_size": 32, "max_length": 128}
         | {"wait": 20, "active": 10},
         "sides": {
-            "headbench": {"step_ms": 2.5, "ms_per_1k_tokens": 4.9, "summary": gpu},
+            "headbench": {
+                "first_step_s": 12.34,
+                "step_ms": 2.5,
+                "ms_per_1k_tokens": 4.9,
+                "summary": gpu,
+            },
             "headbench_compile": {
                 "step_ms": None,
                 "summary": None,
@@ -193,6 +199,7 @@ def test_the_table_shows_gpu_columns_and_why_a_side_has_no_window():
     text = "\n".join(steps_table(part, machine))
     assert "NVIDIA H100" in text and "steps 21-30 under torch.profiler" in text
     assert "| kernels | GPU busy ms | launches | syncs | copies |" in text
-    assert "| headbench | 2.50 (4.90) | 512 | 1 | 0 | 0.01 | 1 | 0.00 | 0 | 0.0 | 0.0 |" in text
+    row = "| headbench | 12.3 | 2.50 (4.90) | 512 | 1 | 0 | 0.01 | 1 | 0.00 | 0 | 0.0 | 0.0 |"
+    assert row in text
     assert "| headbench_compile | BackendCompilerFailed: no / compiler |" in text
     assert "| hf_trainer | training ended before the window closed |" in text
