@@ -127,7 +127,7 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
         ``calls``: every operator's calls per step.
     """
     ops: Counter[str] = Counter()
-    op_us: Counter[str] = Counter()
+    op_us: dict[str, float] = {}
     runtime: Counter[str] = Counter()
     kernels, kernel_us = 0, 0.0
     for e in events:
@@ -136,7 +136,7 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
             kernel_us += e.device_us
         elif e.name.startswith("aten::") and not (e.parent or "").startswith("aten::"):
             ops[e.name] += 1
-            op_us[e.name] += e.cpu_us
+            op_us[e.name] = op_us.get(e.name, 0.0) + e.cpu_us
         elif e.name.startswith(("cuda", "cu")):
             runtime[e.name] += 1
     per = 1.0 / steps
@@ -149,7 +149,10 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
         "launches": sum(runtime[n] for n in LAUNCHES) * per,
         "syncs": sum(runtime[n] for n in SYNCS) * per,
         "memcpy": sum(n for name, n in runtime.items() if name.startswith("cudaMemcpy")) * per,
-        "top": [[name, ops[name] * per, us / 1000 * per] for name, us in op_us.most_common(top)],
+        "top": [
+            [name, ops[name] * per, op_us[name] / 1000 * per]
+            for name in sorted(op_us, key=op_us.__getitem__, reverse=True)[:top]
+        ],
         "calls": {name: n * per for name, n in sorted(ops.items())},
     }
 
