@@ -150,7 +150,8 @@ def test_on_a_gpu_headbench_steps_read_nothing_back(compose_cfg, data_dir, tmp_p
     """Steps 5-15 of a fine-tuning cell: no host read but the encoder's own.
 
     transformers' SDPA mask check (``masking_utils``: ``padding_mask.all()``) reads the mask
-    once per forward, in both frameworks; headbench's loss check reads every 50 steps.
+    once per forward, in both frameworks; headbench's loss check reads every 50 steps and
+    Lightning's loggers every ``trainer.log_every_n_steps`` (here 50 too, as in perf.py).
     """
     spy, steps = _Reads(), [0]
 
@@ -163,7 +164,13 @@ def test_on_a_gpu_headbench_steps_read_nothing_back(compose_cfg, data_dir, tmp_p
 
     handle = register_optimizer_step_post_hook(hook)
     try:
-        cfg = _tiny_cell(compose_cfg, data_dir, tmp_path, "trainer.accelerator=gpu")
+        cfg = _tiny_cell(
+            compose_cfg,
+            data_dir,
+            tmp_path,
+            "trainer.accelerator=gpu",
+            "trainer.log_every_n_steps=50",
+        )
         assert run(cfg, tmp_path / "run")["status"] == "ok"
     finally:
         handle.remove()
