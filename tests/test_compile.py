@@ -95,3 +95,32 @@ def test_a_compiled_cell_trains_and_says_so(compose_cfg, data_dir, tmp_path):
         _cfg(compose_cfg, "freeze=frozen", "trainer.compile=default", *common), tmp_path / "f"
     )
     assert cached["status"] == "ok" and cached["compile"] == {"mode": "default", "applied": False}
+
+
+def test_a_lockstep_cell_accepts_compile_and_says_it_did_not_apply(compose_cfg, data_dir, tmp_path):
+    """A lock-step cell reads cached states: nothing to compile, and its hash ignores the key."""
+    from bench.run.lockstep import group_key, train_group
+
+    cfgs = [
+        _cfg(
+            compose_cfg,
+            "freeze=frozen",
+            "selection=dev",
+            "order_seed=7",
+            f"data.dir={data_dir}",
+            "data.train_size=64",
+            "data.max_length=32",
+            "data.batch_size=16",
+            "trainer.max_epochs=1",
+            f"cache.dir={tmp_path / 'cache'}",
+            *compiled,
+        )
+        for compiled in ((), ("trainer.compile=default",))
+    ]
+    assert group_key(cfgs[0]) == group_key(cfgs[1])
+    assert config_hash(cfgs[0]) == config_hash(cfgs[1])
+    plain, compiled = train_group(cfgs, [tmp_path / "plain", tmp_path / "compiled"])
+    assert plain["status"] == compiled["status"] == "ok"
+    assert "compile" not in plain
+    assert compiled["compile"] == {"mode": "default", "applied": False}
+    assert compiled["history"] == plain["history"]  # the same cell: same batches, same numbers

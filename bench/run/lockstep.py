@@ -59,6 +59,7 @@ from bench.cell import RESULT_FILE, TRIAL_FILE, config_hash
 from bench.data.tasks import get_task
 from bench.errors import ConfigError, DivergedError
 from bench.model.adaptation import StageCallback
+from bench.model.compiled import check_compile_mode
 from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_key
 from bench.run import provenance
 from bench.run.preflight import check_cell
@@ -87,6 +88,7 @@ TRAINER_KEYS = frozenset(
         "gradient_clip_val",
         "log_every_n_steps",
         "deterministic",
+        "compile",  # nothing to compile: a lock-step cell reads cached states, no encoder forward
     }
 )
 #: Loggers whose cells can train in lock-step (trackers log one run per process).
@@ -455,6 +457,9 @@ def _finish(
     module, result = cell.module, cell.result
     result["history"] = module.history
     result["trainable_params_history"] = module.adaptation.trainable_history
+    mode = check_compile_mode(OmegaConf.select(cell.cfg, "trainer.compile", default=False))
+    if mode:  # as run() records it: set, but no encoder forward to compile
+        result["compile"] = {"mode": mode, "applied": False}
     result["lockstep"] = group
     result.setdefault("phases_s", {})["fit"] = cell.seconds  # its share of the group's
     if error is None:
