@@ -8,7 +8,8 @@ far fewer launches to issue (``reduce-overhead`` also replays them as CUDA graph
 
 The encoder is compiled with ``dynamic=True``: one graph for every batch length and size
 (padding is dynamic, so a static graph would be recompiled for each new length). Compiling
-costs a minute or more before the first step, and the compiled kernels round differently
+costs time before the first step (the ``steps`` part's seconds to the first step show how
+much, against the eager side's), and the compiled kernels round differently
 (dropout draws its masks from another generator), so a compiled cell is another cell:
 ``trainer.compile`` is hashed when it is not ``false`` (:func:`bench.cell.config_hash`), except
 for cells that read cached states, whose training runs no encoder forward to compile.
