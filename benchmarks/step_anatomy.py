@@ -252,10 +252,8 @@ class StepWindow:
     @property
     def step_ms(self) -> float | None:
         """Median interval between optimizer steps before the window, milliseconds."""
-        skip = self.wait // 4
-        stamps = self.stamps[skip : self.wait]
-        gaps = [b - a for a, b in itertools.pairwise(stamps)]
-        return statistics.median(gaps) * 1000 if gaps else None
+        gaps = self.gaps_ms[self.wait // 4 :]
+        return statistics.median(gaps) if gaps else None
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[StepWindow]:
