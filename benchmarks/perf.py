@@ -34,7 +34,8 @@ Everything is measured side by side in one run on this machine (nothing is extra
    (on a CPU also at most the cores, the threads split between the cells).
 7. ``steps``: the anatomy of part 2's fine-tuning step (:mod:`benchmarks.step_anatomy`):
    operators, kernels, GPU busy time and host syncs per optimizer step, headbench against the
-   Trainer, in float32 and bf16-mixed, under ``torch.profiler``.
+   Trainer, in float32 and bf16-mixed, and headbench with its encoder compiled
+   (``trainer.compile``), under ``torch.profiler``.
 
 Every measured run is wrapped in :class:`bench.run.gpu_sampler.GpuSampler` (GPU
 utilisation from ``nvidia-smi``; nothing on a CPU); each part records the commit that
