@@ -71,7 +71,7 @@ _UNHASHED_KEYS: dict[str, tuple[str, ...]] = {
 # Keys added after results were committed: hashed only when they differ from the old behaviour,
 # so existing cells keep their hashes.
 _HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
-    "data": {"group_by_length": False},
+    "data": {"group_by_length": False, "pad_to_multiple_of": None},
     "optim": {"fused": False},
     "encoder": {"summary": "first"},
     "trainer": {"compile": False},
@@ -245,8 +245,9 @@ def config_hash(cfg: DictConfig) -> str:
         hashed["order_seed"] = order_seed
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
-        if cache.get("enabled", True) is not False:  # no encoder forward to compile
-            hashed["trainer"].pop("compile", None)
+        if cache.get("enabled", True) is not False:  # no encoder forward in training:
+            hashed["trainer"].pop("compile", None)  # nothing to compile,
+            hashed["data"].pop("pad_to_multiple_of", None)  # cached states padded as cached
         changed = {
             key: cache.get(key)
             for key, default in CACHE_DEFAULTS.items()

@@ -71,7 +71,7 @@ from bench.paths import config_dir
 from bench.run.gpu_sampler import GpuSampler
 from bench.run.provenance import git_commit, hardware
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
-from benchmarks.step_anatomy import STEP_SIDES, run_steps, steps_table
+from benchmarks.step_anatomy import GRAPHS_OVERRIDES, STEP_SIDES, run_steps, steps_table
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
@@ -83,12 +83,17 @@ GRID_MARKS = (4, 8, 12, 16, 32)
 #: ``headbench_step_sync``: the fast path reading its loss back every step, as before
 #: ``runtime.loss_check_steps`` (what not waiting for the GPU each step is worth), and
 #: ``headbench_compile``: its encoder compiled (``trainer.compile=default``; the compilation
-#: is inside the timed training loop, as a user pays it).
+#: is inside the timed training loop, as a user pays it), and ``headbench_graphs``: compiled
+#: and replayed as CUDA graphs (``trainer.compile=reduce-overhead``), one per batch shape,
+#: its batches padded to a multiple of 8 tokens (``data.pad_to_multiple_of=8``) so that
+#: there are few shapes to record (on a CPU there are no graphs: it compiles as
+#: ``headbench_compile`` does).
 FRAMEWORKS = (
     "headbench",
     "headbench_hf_sampler",
     "headbench_step_sync",
     "headbench_compile",
+    "headbench_graphs",
     "hf_trainer",
     "hf_trainer_tuned",
 )
@@ -98,11 +103,13 @@ _GROUPING = {
     "headbench_hf_sampler": "true",
     "headbench_step_sync": "bucket",
     "headbench_compile": "bucket",
+    "headbench_graphs": "bucket",
 }
 #: Overrides a headbench side adds to the fine-tuning cell's.
 _SIDE_OVERRIDES = {
     "headbench_step_sync": ["runtime.loss_check_steps=1"],
     "headbench_compile": ["trainer.compile=default"],  # compiling is inside the timed loop
+    "headbench_graphs": list(GRAPHS_OVERRIDES),
 }
 HEADBENCH_SIDES = tuple(_GROUPING)
 HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
@@ -111,6 +118,7 @@ _SHORT = {
     "headbench_hf_sampler": "hb/hf-sampler",
     "headbench_step_sync": "hb/step-sync",
     "headbench_compile": "hb/compile",
+    "headbench_graphs": "hb/graphs",
     "hf_trainer": "hf",
     "hf_trainer_tuned": "hf+malloc",
 }
@@ -969,6 +977,7 @@ _HEADERS = {
     "headbench_hf_sampler": "headbench, the Trainer's length grouping",
     "headbench_step_sync": "headbench, the loss read every step",
     "headbench_compile": "headbench, encoder compiled (compiling inside the loop)",
+    "headbench_graphs": "headbench, encoder compiled as CUDA graphs (batches padded to 8)",
     "hf_trainer": "HF `Trainer`",
     "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting",
 }

@@ -48,15 +48,21 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+#: What ``headbench_graphs`` adds to the cell (here and in part 2): the encoder compiled and
+#: replayed as CUDA graphs, one recorded per batch shape, its batches padded to a multiple of
+#: 8 tokens so that there are few shapes (on a CPU no graphs: it compiles as the default mode).
+GRAPHS_OVERRIDES = ("trainer.compile=reduce-overhead", "data.pad_to_multiple_of=8")
 #: The sides: ``(framework, precision, headbench overrides)``. The headbench sides run part
 #: 2's headbench cell (fused AdamW in float32; Lightning refuses clipping with a fused
 #: optimizer under mixed precision, so bf16-mixed runs the foreach one), ``headbench_compile``
 #: with its encoder compiled (``trainer.compile=default``: its first steps pay the
-#: compilation, the window is after them); the Trainer sides part 2's Trainer run.
+#: compilation, the window is after them), ``headbench_graphs`` with :data:`GRAPHS_OVERRIDES`;
+#: the Trainer sides part 2's Trainer run.
 STEP_SIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "headbench": ("headbench", "32-true", ()),
     "headbench_bf16": ("headbench", "bf16-mixed", ()),
     "headbench_compile": ("headbench", "32-true", ("trainer.compile=default",)),
+    "headbench_graphs": ("headbench", "32-true", GRAPHS_OVERRIDES),
     "hf_trainer": ("hf_trainer", "32-true", ()),
     "hf_trainer_bf16": ("hf_trainer", "bf16-mixed", ()),
 }

@@ -22,6 +22,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.location import load_from_hub
+from bench.data.padding import check_pad_multiple
 from bench.data.samplers import BucketedLengthSampler
 from bench.data.selection import (
     CARVES,
@@ -213,6 +214,11 @@ class SplitLoaders(L.LightningDataModule):
             same whatever the training seed and the model drew before. None: from torch's
             global generator, which the training seed seeds (the order then also depends on
             how many random numbers initialising the head took).
+        pad_to_multiple_of: Pad each batch the encoder reads to a multiple of this many
+            tokens (``data.pad_to_multiple_of``, :mod:`bench.data.padding`): fewer distinct
+            batch shapes, e.g. for CUDA graphs (``trainer.compile=reduce-overhead`` records
+            one per shape). None: to the longest example of the batch. Cached splits
+            (:meth:`use_splits`) are always padded to the longest example.
     """
 
     def __init__(
@@ -230,6 +236,7 @@ class SplitLoaders(L.LightningDataModule):
         token_cache_dir: str | Path | None = None,
         selection: Mapping[str, Any] | None = None,
         order_seed: int | None = None,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -245,6 +252,7 @@ class SplitLoaders(L.LightningDataModule):
         self.token_cache_dir = token_cache_dir
         self.selection = dict(selection or {"name": "dev"})
         self.order_seed = order_seed
+        self.pad_to_multiple_of = check_pad_multiple(pad_to_multiple_of)
         if self.selection.get("name") not in MODES:
             raise ConfigError(
                 f"selection.name={self.selection.get('name')!r}; valid choices: {', '.join(MODES)}"
@@ -349,6 +357,9 @@ class SplitLoaders(L.LightningDataModule):
                 self.train = dataset
             else:
                 self.dev[name] = dataset
+        # Cached states come padded to each batch's longest example (their encoder forward
+        # ran in the cache): the inputs and masks collated beside them must match that width.
+        self.pad_to_multiple_of = None
         self._batch = wrap_collate(self._collate)
 
     def setup(self, stage: str | None = None) -> None:
@@ -489,7 +500,12 @@ class GlueDataModule(SplitLoaders):
         }
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return self.tokenizer.pad(list(batch), padding=True, return_tensors="pt")
+        return self.tokenizer.pad(
+            list(batch),
+            padding=True,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            return_tensors="pt",
+        )
 
 
 def _lengths(dataset: Any) -> list[int]:

@@ -146,18 +146,26 @@ def encode_words(tokenizer: Any, columns: Columns, max_length: int, where: str) 
     return TokenEncoded(examples, len(long), words_cut=words_cut, empty_words=empty)
 
 
-def collate_words(tokenizer: Any, batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+def collate_words(
+    tokenizer: Any, batch: Sequence[dict[str, Any]], pad_to_multiple_of: int | None = None
+) -> dict[str, torch.Tensor]:
     """Pad encoder inputs with the tokenizer, ``word_pos`` with -1, ``word_labels`` with -100.
 
     Args:
         tokenizer: The tokenizer (right padding).
         batch: Examples from :func:`encode_words`.
+        pad_to_multiple_of: Pad the encoder inputs to a multiple of this many tokens
+            (:mod:`bench.data.padding`); None: to the longest sentence of the batch.
 
     Returns:
         Tensors: encoder inputs (B, T), ``word_pos`` and ``word_labels`` (B, W), ``idx`` (B,).
     """
     inputs = [{k: ex[k] for k in ENCODER_KEYS if k in ex} for ex in batch]
-    out = dict(tokenizer.pad(inputs, padding=True, return_tensors="pt"))
+    out = dict(
+        tokenizer.pad(
+            inputs, padding=True, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt"
+        )
+    )
     width = max(len(ex["word_pos"]) for ex in batch)
     out["word_pos"] = torch.tensor(
         [ex["word_pos"] + [-1] * (width - len(ex["word_pos"])) for ex in batch]
@@ -205,7 +213,7 @@ class TokenDataModule(SplitLoaders):
         }
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        return collate_words(self.tokenizer, batch)
+        return collate_words(self.tokenizer, batch, self.pad_to_multiple_of)
 
 
 def write_word_predictions(

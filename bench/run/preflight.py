@@ -32,6 +32,7 @@ from transformers import AutoConfig
 from bench.axes import encoders, freezing
 from bench.cell import check_identity
 from bench.data import selection, tasks
+from bench.data.padding import check_pad_multiple, widest_batch
 from bench.errors import ConfigError, EncoderError
 from bench.model.compiled import check_compile_mode
 from bench.model.encoders import load_tokenizer, max_positions, resolve_source
@@ -51,6 +52,7 @@ TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
     "data.batch_size": (INT, 1),
     "data.eval_batch_size": (INT, 1),
     "data.num_workers": (INT, 0),
+    "data.pad_to_multiple_of": ((int, None), 1),
     "trainer.max_epochs": (INT, 1),
     "optim.encoder_lr": (NUMBER, 0),
     "optim.head_lr": (NUMBER, 0),
@@ -139,8 +141,14 @@ def _checked_encoder(key: str) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def check_max_length(max_length: int, name: str, model_type: str, max_positions: int) -> None:
-    """``data.max_length`` must fit the encoder's position embeddings.
+def check_max_length(
+    max_length: int,
+    name: str,
+    model_type: str,
+    max_positions: int,
+    pad_to_multiple_of: int | None = None,
+) -> None:
+    """``data.max_length``, padded to ``data.pad_to_multiple_of``, must fit the encoder's positions.
 
     Raises:
         ConfigError: If it does not, naming the valid range.
@@ -152,6 +160,13 @@ def check_max_length(max_length: int, name: str, model_type: str, max_positions:
         raise ConfigError(
             f"data.max_length={max_length} exceeds the position limit of encoder {name!r} "
             f"({limit}); valid values: 1..{limit}"
+        )
+    widest = widest_batch(max_length, pad_to_multiple_of)
+    if widest > limit:
+        raise ConfigError(
+            f"data.pad_to_multiple_of={pad_to_multiple_of} pads data.max_length={max_length} "
+            f"to {widest} tokens, beyond the position limit of encoder {name!r} ({limit}); "
+            f"valid: a multiple that rounds {max_length} up to at most {limit}, or null"
         )
 
 
@@ -218,6 +233,7 @@ def check_cell(cfg: DictConfig) -> None:
         encoder["name"],
         facts["model_type"],
         facts["max_positions"],
+        check_pad_multiple(plain["data"].get("pad_to_multiple_of")),
     )
     layers = facts["num_layers"]
     if strategy.takes_k:

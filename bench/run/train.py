@@ -150,6 +150,7 @@ def build_datamodule(cfg: DictConfig) -> Any:
         token_cache_dir=cache_dir(cast(dict[str, Any] | None, cache), "tokenized"),
         selection=_selection_config(cfg),
         order_seed=OmegaConf.select(cfg, "order_seed", default=None),
+        pad_to_multiple_of=cfg.data.get("pad_to_multiple_of"),
     )
 
 
@@ -208,7 +209,13 @@ def prepare_cell(
             frozen_encoder=frozen_encoder,
         )
     info = module.encoder_info
-    check_max_length(int(cfg.data.max_length), info.name, info.model_type, info.max_positions)
+    check_max_length(
+        int(cfg.data.max_length),
+        info.name,
+        info.model_type,
+        info.max_positions,
+        datamodule.pad_to_multiple_of,
+    )
     result["encoder_info"] = module.encoder_info.to_dict()
     result["params"] = module.parameter_counts()
     result["learning_rates"] = module.learning_rates()
