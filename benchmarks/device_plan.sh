@@ -9,9 +9,11 @@
 #    nvidia-smi sampler; a fine-tuning step reads nothing back from the GPU) and the
 #    device-resident cache's tests;
 # 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
-#    $OUT/perf_gpu.json, resumed from the carried one: lock-step (the stacked step), the
-#    anatomy of a fine-tuning step (operators, kernels, GPU busy time and syncs per step;
-#    eager, compiled and bf16 against the Trainer), then fine-tuning, FLOP/s, packing, grid;
+#    $OUT/perf_gpu.json, resumed from the carried one, the parts that decide how fine-tuning
+#    should run first: the anatomy of a fine-tuning step (operators, kernels, GPU busy time
+#    and syncs per step; eager, CUDA graphs, compiled and bf16 against the Trainer), then
+#    fine-tuning end to end (the same sides), lock-step (the stacked step), FLOP/s,
+#    packing, grid;
 # 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
 #    separated by `::`), resumed from the carried run directories: the BiLSTM on frozen SST-2
 #    (every other frozen cell is done), then fine-tuning, packed 4 to the GPU, on the small
@@ -25,10 +27,10 @@ total=${1:-500}
 out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-check tests perf bench}
-perf_args=${PERF_ARGS:---parts lockstep,steps,finetune,flops,packed,grid --lockstep-cells 20 \
---steps-sides headbench,headbench_compile,headbench_bf16,hf_trainer \
---ft-frameworks headbench,headbench_step_sync,hf_trainer --ft-repeats 1 --ft-train-size 16000 --ft-epochs 1 \
---pack-max 2 --grid-cells 4}
+perf_args=${PERF_ARGS:---parts steps,finetune,lockstep,flops,packed,grid \
+--steps-sides headbench,headbench_graphs,headbench_compile,hf_trainer,headbench_bf16 \
+--ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
+--ft-train-size 16000 --ft-epochs 1 --lockstep-cells 20 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 head=bilstm hydra/launcher=lockstep \
 :: freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack runtime.cells_per_gpu=4 \
 :: freeze=full task=sst2 hydra/launcher=gpu_pack runtime.cells_per_gpu=4}
@@ -61,7 +63,7 @@ for s in $steps; do
       tests/test_step_anatomy.py::test_on_a_gpu_headbench_steps_read_nothing_back
     ;;
   # shellcheck disable=SC2086  # the argument lists split on purpose
-  perf) step 250 perf $perf_args ;;
+  perf) step 300 perf $perf_args ;;
   # shellcheck disable=SC2086
   bench) step 100000 bench $bench_args ;;
   *) echo "[plan] unknown step $s (valid: check tests perf bench)" | tee -a "$out/plan.log" ;;

@@ -124,3 +124,34 @@ def test_a_lockstep_cell_accepts_compile_and_says_it_did_not_apply(compose_cfg, 
     assert "compile" not in plain
     assert compiled["compile"] == {"mode": "default", "applied": False}
     assert compiled["history"] == plain["history"]  # the same cell: same batches, same numbers
+
+
+@pytest.mark.slow
+def test_a_process_compiles_the_encoder_once_for_all_its_cells(compose_cfg, data_dir, tmp_path):
+    """A sweep worker trains cell after cell: only the first pays the compilation.
+
+    Each cell builds a new encoder; dynamo treats its parameters as inputs, so the graphs the
+    first cell compiled serve the next (its count of distinct graphs does not grow).
+    """
+    from torch._dynamo.utils import counters
+
+    common = (
+        f"data.dir={data_dir}",
+        "freeze=full",
+        "selection=dev",
+        "data.train_size=48",
+        "data.max_length=32",
+        "data.batch_size=16",
+        "trainer.max_epochs=1",
+        "trainer.compile=default",
+        f"cache.dir={tmp_path / 'cache'}",
+    )
+    torch._dynamo.reset()
+    graphs = []
+    for seed in (1, 2):
+        cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "head=linear", f"seed={seed}", *common)
+        result = run(cfg, tmp_path / str(seed))
+        assert result["status"] == "ok" and result["compile"]["applied"], result.get("reason")
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] > 0
+    assert graphs[1] == graphs[0]

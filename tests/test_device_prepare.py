@@ -496,3 +496,48 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     ]
     assert done.returncode == 124, done.stdout + done.stderr
     assert "not started" in (tmp_path / "out" / "bench.log").read_text()
+
+
+def _plan_default(name: str) -> list[str]:
+    """The default of ``device_plan.sh``'s ``${NAME:-...}`` argument list, as bash splits it."""
+    script = (ROOT / "benchmarks" / "device_plan.sh").read_text()
+    start = script.index(f"${{{name}:-") + len(name) + 4
+    end = script.index("}", start)
+    return script[start:end].replace("\\\n", " ").split()
+
+
+def test_the_plans_perf_arguments_are_ones_perf_py_accepts() -> None:
+    """A lease is too short to find a misspelt side there: perf.py's own parser reads them."""
+    from benchmarks import perf
+
+    args = perf._parser().parse_args(_plan_default("PERF_ARGS"))
+    parts = args.parts.split(",")
+    assert set(parts) <= set(perf.PARTS)
+    assert parts[:2] == ["steps", "finetune"]  # what decides how fine-tuning runs comes first
+    assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.steps_sides)
+    assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.ft_frameworks)
+    with pytest.raises(SystemExit):  # the parser does refuse an unknown side
+        perf._parser().parse_args(["--steps-sides", "headbench_grafs"])
+
+
+@pytest.mark.slow  # about a minute: every planned cell's memory estimate
+def test_the_plans_bench_parts_compose_and_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each ``::``-separated part of BENCH_ARGS is a valid fair_heads_gpu sweep here.
+
+    No GPU here: the packed parts plan with an H100's memory, as the device would see it.
+    """
+    from bench.run.cli import main
+
+    parts = " ".join(_plan_default("BENCH_ARGS")).split("::")
+    assert len(parts) == 3
+    for part in parts:
+        argv = ["bench", "--dry-run", "-m", "experiment=fair_heads_gpu", *part.split()]
+        if "runtime.cells_per_gpu" in part:
+            argv.append("runtime.gpu_memory_gb=80")
+        old = sys.argv
+        sys.argv = argv
+        try:
+            main()
+        finally:
+            sys.argv = old
+        assert "cells" in capsys.readouterr().out, part
