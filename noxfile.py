@@ -127,7 +127,7 @@ LINTED = ("bench", "hydra_plugins", "tests", "benchmarks", "noxfile.py")
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff lint and format check; mypy on the package (settings in pyproject.toml)."""
+    """ruff lint and format check; mypy on the package and benchmarks/ (pyproject.toml)."""
     _install(session, "[dev]")  # mypy reads torch's, Lightning's and Hydra's own types
     session.run("ruff", "check", *LINTED)
     session.run("ruff", "format", "--check", *LINTED)
