@@ -53,8 +53,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 #: 8 tokens so that there are few shapes (on a CPU no graphs: it compiles as the default mode).
 GRAPHS_OVERRIDES = ("trainer.compile=reduce-overhead", "data.pad_to_multiple_of=8")
 #: The sides: ``(framework, precision, headbench overrides)``. The headbench sides run part
-#: 2's headbench cell (fused AdamW in float32; Lightning refuses clipping with a fused
-#: optimizer under mixed precision, so bf16-mixed runs the foreach one), ``headbench_compile``
+#: 2's headbench cell (fused AdamW, in float32 and in bf16-mixed), ``headbench_compile``
 #: with its encoder compiled (``trainer.compile=default``: its first steps pay the
 #: compilation, the window is after them), ``headbench_graphs`` with :data:`GRAPHS_OVERRIDES`;
 #: the Trainer sides part 2's Trainer run.

@@ -86,8 +86,8 @@ def test_gradients_are_freed_after_each_step_and_training_is_bit_identical(data_
         assert ours.history == default.history
 
 
-def test_a_fused_request_under_mixed_precision_gets_the_multi_tensor_update():
-    """Lightning refuses clipping with a fused optimizer under mixed precision (foreach there)."""
+def test_a_fused_request_is_fused_unless_a_scaler_scales_the_gradients():
+    """Under 16-mixed a fused step unscales after clipping (foreach there); bf16 has no scaler."""
     module = HeadbenchModule(
         encoder=TINY,
         head={"name": "linear"},
@@ -96,13 +96,68 @@ def test_a_fused_request_under_mixed_precision_gets_the_multi_tensor_update():
         optim={**OPTIM, "fused": True},
     )
     kinds = {}
-    for precision in ("32-true", "bf16-mixed"):
+    for precision in ("32-true", "bf16-mixed", "16-mixed"):
         optimizer, _ = module.build_optimizer(10, 5, precision)
         kinds[precision] = (optimizer.defaults["fused"], optimizer.defaults["foreach"])
-    assert kinds == {"32-true": (True, None), "bf16-mixed": (None, True)}
+    assert kinds == {"32-true": (True, None), "bf16-mixed": (True, None), "16-mixed": (None, True)}
     plain = HeadbenchModule(
         encoder=TINY, head={"name": "linear"}, freeze={"name": "full"}, task="sst2", optim=OPTIM
     )
     for precision in ("32-true", "bf16-mixed"):  # nothing requested: torch's default, as before
         optimizer, _ = plain.build_optimizer(10, 5, precision)
         assert (optimizer.defaults["fused"], optimizer.defaults["foreach"]) == (None, None)
+
+
+class _ForeachUnderMixed(HeadbenchModule):
+    """``optim.fused=true`` as it was under bf16-mixed before: the foreach update."""
+
+    def build_optimizer(self, total, per_epoch, precision="32-true"):
+        return super().build_optimizer(total, per_epoch, "16-mixed")
+
+
+def test_a_fused_adamw_under_bf16_mixed_clips_as_the_foreach_one_does(data_dir):
+    """Lightning would refuse to clip here; the module clips, with the same effect."""
+    runs = {}
+    for name, cls, clip in (
+        ("fused", HeadbenchModule, 0.05),
+        ("foreach", _ForeachUnderMixed, 0.05),
+        ("unclipped", HeadbenchModule, None),
+    ):
+        L.seed_everything(3, workers=True, verbose=False)
+        module = cls(
+            encoder=TINY,
+            head={"name": "linear"},
+            freeze={"name": "full"},
+            task="sst2",
+            optim={**OPTIM, "fused": True},
+        )
+        data = GlueDataModule(
+            get_task("sst2"),
+            load_tokenizer(TINY),
+            data_dir=data_dir,
+            train_size=32,
+            data_seed=0,
+            max_length=32,
+            batch_size=8,
+            eval_batch_size=64,
+        )
+        trainer = L.Trainer(
+            max_epochs=1,
+            precision="bf16-mixed",
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=1,
+            gradient_clip_val=clip,
+        )
+        trainer.fit(module, datamodule=data)
+        assert bool(trainer.optimizers[0].defaults["fused"]) is (name != "foreach"), name
+        runs[name] = {n: p.detach().clone() for n, p in module.named_parameters()}
+    moved = 0
+    for n, fused in runs["fused"].items():
+        torch.testing.assert_close(fused, runs["foreach"][n], rtol=1e-4, atol=1e-6, msg=n)
+        moved += not torch.allclose(fused, runs["unclipped"][n], rtol=1e-4, atol=1e-6)
+    assert moved > 0  # clipping at 0.05 did change the update

@@ -15,6 +15,8 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 from torchmetrics import Metric
 
@@ -29,6 +31,10 @@ from bench.model.heads import count_parameters
 from bench.model.ranks import sum_across_ranks
 from bench.model.running_loss import RunningLoss
 from bench.model.task_types import Evaluation, task_type
+
+#: ``trainer.precision`` values whose gradients a scaler scales: a fused AdamW unscales them
+#: inside its step, after clipping, so there ``optim.fused`` gets the foreach update.
+SCALED_PRECISIONS = ("16-mixed", "16")
 
 
 class HeadbenchModule(L.LightningModule):
@@ -229,6 +235,31 @@ class HeadbenchModule(L.LightningModule):
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
         optimizer.zero_grad(set_to_none=True)
 
+    def configure_gradient_clipping(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: Any = None,
+    ) -> None:
+        """Clip as Lightning does, also for a fused AdamW under ``bf16-mixed``.
+
+        Lightning's mixed precision refuses to clip for any fused optimizer, because under
+        ``16-mixed`` the fused step unscales the gradients itself, after clipping would have
+        seen them scaled. ``bf16-mixed`` has no gradient scaler: the gradients are the true
+        ones, and clipping them is what the base precision plugin does.
+        """
+        plugin = self.trainer.precision_plugin
+        if (
+            optimizer.defaults.get("fused")
+            and isinstance(plugin, MixedPrecision)
+            and plugin.scaler is None
+        ):
+            if gradient_clip_val:
+                algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+                Precision.clip_gradients(plugin, optimizer, float(gradient_clip_val), algorithm)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def on_train_epoch_start(self) -> None:
         """Enter training mode (frozen parts stay in eval); reset the running loss."""
         self.train()
@@ -421,7 +452,7 @@ class HeadbenchModule(L.LightningModule):
         Args:
             total: Optimizer steps of the whole run.
             per_epoch: Optimizer steps per epoch.
-            precision: The trainer's precision (no fused kernel under mixed precision).
+            precision: The trainer's precision (no fused kernel under ``16-mixed``).
 
         Returns:
             The optimizer and the scheduler.
@@ -431,12 +462,14 @@ class HeadbenchModule(L.LightningModule):
         betas, eps = tuple(optim.get("betas", (0.9, 0.999))), optim.get("adam_eps", 1e-8)
         # optim.fused: one fused kernel per step (~4x faster than foreach on CPU; the HF
         # Trainer's default). Off by default because it rounds differently, and committed
-        # results were made without it. Lightning's mixed precision refuses gradient
-        # clipping with fused optimizers, so there a fused request gets the multi-tensor
-        # (foreach) update instead: a handful of operators per step, where torch's default
-        # on a CPU is a loop of about ten per parameter tensor.
+        # results were made without it. Under 16-mixed the fused step unscales the gradients
+        # itself, after clipping (Lightning refuses that), so there a fused request gets the
+        # multi-tensor (foreach) update instead: a handful of operators per step, where
+        # torch's default on a CPU is a loop of about ten per parameter tensor (and a host
+        # read of each parameter's step count). bf16-mixed has no scaler: fused, and
+        # configure_gradient_clipping clips.
         wants_fused = bool(optim.get("fused", False))
-        fused = wants_fused and "mixed" not in precision
+        fused = wants_fused and str(precision) not in SCALED_PRECISIONS
         foreach = True if wants_fused and not fused else None
         try:
             optimizer = torch.optim.AdamW(
