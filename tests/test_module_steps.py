@@ -1,6 +1,8 @@
-"""HeadbenchModule frees gradients right after each optimizer step, changing no number."""
+"""HeadbenchModule's optimizer step: gradients freed after it; fused AdamW clipped in bf16."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import lightning as L
 import torch
@@ -37,39 +39,55 @@ class _Grads(L.Callback):
         self.held.append(any(p.grad is not None for p in pl_module.parameters()))
 
 
-def _fit(cls: type[HeadbenchModule], data_dir, accumulate: int) -> tuple[HeadbenchModule, _Grads]:
+def _train(
+    cls: type[HeadbenchModule],
+    data_dir,
+    head: dict,
+    optim: dict,
+    train_size: int,
+    callbacks: Sequence[L.Callback] = (),
+    **trainer_kwargs,
+) -> tuple[HeadbenchModule, L.Trainer]:
+    """A tiny full fine-tuning cell on real SST-2 with a real Trainer (seed 3)."""
     L.seed_everything(3, workers=True, verbose=False)
-    module = cls(
-        encoder=TINY,
-        head={"name": "pooler", "init": "random"},
-        freeze={"name": "full"},
-        task="sst2",
-        optim=OPTIM,
-    )
+    module = cls(encoder=TINY, head=head, freeze={"name": "full"}, task="sst2", optim=optim)
     data = GlueDataModule(
         get_task("sst2"),
         load_tokenizer(TINY),
         data_dir=data_dir,
-        train_size=64,
+        train_size=train_size,
         data_seed=0,
         max_length=32,
         batch_size=8,
         eval_batch_size=64,
     )
-    grads = _Grads()
     trainer = L.Trainer(
-        max_epochs=2,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         num_sanity_val_steps=0,
-        callbacks=[grads],
+        callbacks=list(callbacks),
         enable_model_summary=False,
         limit_val_batches=1,
+        **trainer_kwargs,
+    )
+    trainer.fit(module, datamodule=data)
+    return module, trainer
+
+
+def _fit(cls: type[HeadbenchModule], data_dir, accumulate: int) -> tuple[HeadbenchModule, _Grads]:
+    grads = _Grads()
+    module, _ = _train(
+        cls,
+        data_dir,
+        {"name": "pooler", "init": "random"},
+        OPTIM,
+        64,
+        [grads],
+        max_epochs=2,
         gradient_clip_val=1.0,
         accumulate_grad_batches=accumulate,
     )
-    trainer.fit(module, datamodule=data)
     return module, grads
 
 
@@ -123,37 +141,17 @@ def test_a_fused_adamw_under_bf16_mixed_clips_as_the_foreach_one_does(data_dir):
         ("foreach", _ForeachUnderMixed, 0.05),
         ("unclipped", HeadbenchModule, None),
     ):
-        L.seed_everything(3, workers=True, verbose=False)
-        module = cls(
-            encoder=TINY,
-            head={"name": "linear"},
-            freeze={"name": "full"},
-            task="sst2",
-            optim={**OPTIM, "fused": True},
-        )
-        data = GlueDataModule(
-            get_task("sst2"),
-            load_tokenizer(TINY),
-            data_dir=data_dir,
-            train_size=32,
-            data_seed=0,
-            max_length=32,
-            batch_size=8,
-            eval_batch_size=64,
-        )
-        trainer = L.Trainer(
+        module, trainer = _train(
+            cls,
+            data_dir,
+            {"name": "linear"},
+            {**OPTIM, "fused": True},
+            32,
             max_epochs=1,
             precision="bf16-mixed",
             accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=1,
             gradient_clip_val=clip,
         )
-        trainer.fit(module, datamodule=data)
         assert bool(trainer.optimizers[0].defaults["fused"]) is (name != "foreach"), name
         runs[name] = {n: p.detach().clone() for n, p in module.named_parameters()}
     moved = 0
