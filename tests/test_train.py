@@ -93,6 +93,11 @@ def test_single_sentence_cell_writes_a_complete_result(compose_cfg, data_dir, tm
     tp = on_disk["throughput"]
     assert tp["examples"] == 2 * 96 and tp["batches"] == 2 * 96 // 16
     assert 0 < tp["train_loop_s"] < on_disk["train_time_s"] and tp["train_loop_cpu_s"] > 0
+    # The first batch timed apart (a compiled encoder's compilation lands there), and the rest.
+    assert 0 < tp["first_batch_s"] < tp["train_loop_s"]
+    assert tp["examples_per_s_after_first"] == pytest.approx(
+        (tp["examples"] - 16) / (tp["train_loop_s"] - tp["first_batch_s"])
+    )
     # Where the wall time went: every phase once, inside the cell's wall time.
     phases = on_disk["phases_s"]
     assert set(phases) == set(PHASES) and all(v >= 0 for v in phases.values())

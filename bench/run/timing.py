@@ -43,7 +43,7 @@ def phase(result: dict[str, Any], name: str) -> Iterator[None]:
 
 #: What :func:`count_batch` adds up over training batches.
 BATCH_COUNTS = ("batches", "examples", "tokens", "padded_tokens", "padded_tokens_sq")
-_SPANS = ("seconds", "cpu_seconds", "minor_faults")
+_SPANS = ("seconds", "cpu_seconds", "minor_faults", "first_batch_s", "first_batch_examples")
 
 
 def minor_faults() -> int:
@@ -87,12 +87,19 @@ class TrainLoopTimer(L.Callback):
     (``time.process_time``: user + system, all threads), which time spent waiting for a
     core on a shared machine does not inflate, and the minor page faults (memory the C
     allocator returned to the kernel and took back: see :mod:`bench.run.allocator`).
+
+    It also records how long the first training batch took the host (``first_batch_s``,
+    from the first epoch's start to that batch's end), which for a compiled encoder
+    (``trainer.compile``) includes compiling it, and the throughput of the batches after
+    it, so that a compiled cell's one-time cost and its running speed read apart.
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.cpu_seconds = 0.0
         self.minor_faults = 0
+        self.first_batch_s: float | None = None
+        self.first_batch_examples = 0
         self.counts = dict.fromkeys(BATCH_COUNTS, 0)
         self._since: tuple[float, float, int] | None = None  # (wall, cpu, faults) at start
         self._device_tokens: Tensor | None = None  # real tokens on a GPU, not yet read
@@ -152,8 +159,11 @@ class TrainLoopTimer(L.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Count the batch's examples and tokens."""
+        """Count the batch's examples and tokens; time the first batch."""
         self.count(batch["attention_mask"])
+        if self.first_batch_s is None and self._since is not None:
+            self.first_batch_s = self.seconds + time.perf_counter() - self._since[0]
+            self.first_batch_examples = self.counts["examples"]
 
     def state_dict(self) -> dict[str, Any]:
         """The totals so far (``ddp_spawn`` sends rank 0's back to the launching process)."""
@@ -168,12 +178,22 @@ class TrainLoopTimer(L.Callback):
         self.counts.update({k: state_dict[k] for k in BATCH_COUNTS if k in state_dict})
 
     def summary(self) -> dict[str, float | int | None]:
-        """Seconds (wall and CPU), page faults, counts and examples/s of the training loop."""
+        """Seconds (wall and CPU), page faults, counts and examples/s of the training loop.
+
+        ``first_batch_s`` and ``examples_per_s_after_first`` are None when no batch was
+        timed through the Trainer's hooks (a lock-step group times its loop itself).
+        """
         self._read_tokens()
+        after = None
+        if self.first_batch_s is not None and self.seconds > self.first_batch_s:
+            rest = self.counts["examples"] - self.first_batch_examples
+            after = rest / (self.seconds - self.first_batch_s)
         return {
             "train_loop_s": self.seconds,
             "train_loop_cpu_s": self.cpu_seconds,
             "train_loop_minor_faults": self.minor_faults,
             **self.counts,
             "examples_per_s": self.counts["examples"] / self.seconds if self.seconds else None,
+            "first_batch_s": self.first_batch_s,
+            "examples_per_s_after_first": after,
         }
