@@ -688,6 +688,13 @@ def finetune_summary(part: dict[str, Any]) -> dict[str, Any]:
         loop_faults = [r["throughput"].get("train_loop_minor_faults") for r in runs]
         if all(f is not None for f in loop_faults):
             out[name]["train_loop_minor_faults"] = _median(loop_faults)
+        first = [r["throughput"].get("first_batch_s") for r in runs]
+        after = [r["throughput"].get("examples_per_s_after_first") for r in runs]
+        if all(f is not None for f in first) and all(a is not None for a in after):
+            # headbench's runs since the timer split the first batch off (compilation lands
+            # there): the one-time cost and the running speed apart.
+            out[name]["first_batch_s"] = _median(first)
+            out[name]["examples_per_s_after_first"] = _median(after)
     if "headbench" not in out or "hf_trainer" not in out:
         return {}
     # ratios[headbench side][HF side]: examples/s and examples per CPU second.
@@ -1042,6 +1049,19 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
                     f"**{x['examples_per_cpu_s']:.1f}**{ratio(n, 'examples_per_cpu_s')} "
                     f"({each(x['examples_per_cpu_s_all'])})"
                     for n, x in zip(names, sides, strict=True)
+                ],
+            )
+        )
+    if any("first_batch_s" in x for x in sides):
+        lines.append(
+            row(
+                "seconds to the end of the first training batch (compiling included) / "
+                "training examples/s after it",
+                [
+                    f"{x['first_batch_s']:.1f} s / {x['examples_per_s_after_first']:.1f}"
+                    if "first_batch_s" in x
+                    else "-"
+                    for x in sides
                 ],
             )
         )

@@ -113,7 +113,7 @@ def test_grid_sizes_and_heads_arithmetic():
     assert heads["linear"]["cached_encoder_s"] == pytest.approx(30)
 
 
-def _run(framework: str, ex_per_s: float, acc: float) -> dict:
+def _run(framework: str, ex_per_s: float, acc: float, first: float | None = None) -> dict:
     seconds = 100.0
     tp = {
         "examples_per_s": ex_per_s,
@@ -124,6 +124,9 @@ def _run(framework: str, ex_per_s: float, acc: float) -> dict:
         "padded_tokens": 1000,
         "padded_tokens_sq": 40000,
     }
+    if first is not None:  # a headbench run since the timer split its first batch off
+        tp["first_batch_s"] = first
+        tp["examples_per_s_after_first"] = tp["examples"] / (seconds - first)
     return {
         "framework": framework,
         "throughput": tp,
@@ -175,6 +178,39 @@ def test_finetune_summary_medians_and_table():
         del run["throughput"]["train_loop_cpu_s"]
     assert "speedup_cpu" not in perf.finetune_summary(part)
     assert perf.finetune_summary({"runs": runs[:1]}) == {}  # one framework only: no ratio
+
+
+def test_a_compiled_side_shows_its_first_batch_apart():
+    """Compiling lands in the first batch: the table gives it and the speed after it."""
+    runs = [
+        _run("headbench", 40, 0.77, first=0.5),
+        _run("headbench_graphs", 30, 0.77, first=40.0),
+        _run("hf_trainer", 44, 0.76),
+    ]
+    settings = {
+        "encoder": "minilm",
+        "task": "sst2",
+        "ft_train_size": 2000,
+        "ft_epochs": 1,
+        "max_length": 128,
+        "batch_size": 32,
+        "threads": 1,
+        "fresh_process_per_run": True,
+    }
+    part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
+    summary = perf.finetune_summary(part)
+    assert summary["headbench_graphs"]["first_batch_s"] == 40.0
+    assert summary["headbench_graphs"]["examples_per_s_after_first"] == pytest.approx(3000 / 60)
+    assert "first_batch_s" not in summary["hf_trainer"]
+    part["summary"] = summary
+    text = perf.table({"finetune": part})
+    header = next(line for line in text.splitlines() if line.startswith("| measurement"))
+    assert "CUDA graphs" in header
+    assert "| 0.5 s / 40.2 | 40.0 s / 50.0 | - |" in text
+    for run in runs:  # runs saved before the timer split the first batch off: no such row
+        run["throughput"].pop("first_batch_s", None)
+    part["summary"] = perf.finetune_summary(part)
+    assert "first training batch" not in perf.table({"finetune": part})
 
 
 def test_five_sides_with_faults_and_memory():
