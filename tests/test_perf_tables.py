@@ -135,6 +135,20 @@ def _run(framework: str, ex_per_s: float, acc: float, first: float | None = None
     }
 
 
+def _ft_settings(ft_epochs: int) -> dict:
+    """The fine-tuning part's settings record, as ``run_finetune`` writes it."""
+    return {
+        "encoder": "minilm",
+        "task": "sst2",
+        "ft_train_size": 2000,
+        "ft_epochs": ft_epochs,
+        "max_length": 128,
+        "batch_size": 32,
+        "threads": 1,
+        "fresh_process_per_run": True,
+    }
+
+
 def test_finetune_summary_medians_and_table():
     runs = [
         _run("headbench", 40, 0.77),
@@ -144,16 +158,7 @@ def test_finetune_summary_medians_and_table():
         _run("headbench", 41, 0.77),
         _run("hf_trainer", 43, 0.76),
     ]
-    settings = {
-        "encoder": "minilm",
-        "task": "sst2",
-        "ft_train_size": 2000,
-        "ft_epochs": 3,
-        "max_length": 128,
-        "batch_size": 32,
-        "threads": 1,
-        "fresh_process_per_run": True,
-    }
+    settings = _ft_settings(ft_epochs=3)
     part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["headbench"]["examples_per_s"] == statistics.median([40, 46, 41])
@@ -187,16 +192,7 @@ def test_a_compiled_side_shows_its_first_batch_apart():
         _run("headbench_graphs", 30, 0.77, first=40.0),
         _run("hf_trainer", 44, 0.76),
     ]
-    settings = {
-        "encoder": "minilm",
-        "task": "sst2",
-        "ft_train_size": 2000,
-        "ft_epochs": 1,
-        "max_length": 128,
-        "batch_size": 32,
-        "threads": 1,
-        "fresh_process_per_run": True,
-    }
+    settings = _ft_settings(ft_epochs=1)
     part = {"runs": runs, "order": [r["framework"] for r in runs], "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["headbench_graphs"]["first_batch_s"] == 40.0
@@ -232,16 +228,7 @@ def test_five_sides_with_faults_and_memory():
         run["throughput"]["train_loop_minor_faults"] = run["minor_faults"] - 500
         seen[name] += 1
         runs.append(run)
-    settings = {
-        "encoder": "minilm",
-        "task": "sst2",
-        "ft_train_size": 2000,
-        "ft_epochs": 3,
-        "max_length": 128,
-        "batch_size": 32,
-        "threads": 1,
-        "fresh_process_per_run": True,
-    }
+    settings = _ft_settings(ft_epochs=3)
     part = {"runs": runs, "order": order, "settings": settings}
     summary = perf.finetune_summary(part)
     assert summary["speedup"] == pytest.approx(51 / 48)
