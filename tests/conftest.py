@@ -46,3 +46,30 @@ def compose_cfg() -> Callable[..., DictConfig]:
         return cfg
 
     return _compose
+
+
+def tiny_sst2_cell(compose_cfg: Callable[..., DictConfig], *overrides: str) -> DictConfig:
+    """A linear-head tiny-BERT SST-2 cell (seed 1) of the real config tree, with overrides."""
+    return compose_cfg("encoder=tiny_bert", "task=sst2", "head=linear", "seed=1", *overrides)
+
+
+def assert_hashed_where_the_encoder_runs(
+    compose_cfg: Callable[..., DictConfig], default: str, changed: str
+) -> None:
+    """A key that changes an encoder forward: hashed for cells that run one, ignored by cached ones.
+
+    ``default`` (the key at its default, e.g. ``trainer.compile=false``) keeps every existing
+    hash; ``changed`` is another cell where training runs the encoder (``full``, and a frozen
+    cell with the cache off), the same cell where it reads cached states (frozen, top_k).
+    """
+    from bench.cell import config_hash
+
+    def hashed(*overrides: str) -> str:
+        return config_hash(tiny_sst2_cell(compose_cfg, *overrides))
+
+    for freeze, changes in (("full", True), ("frozen", False), ("top_k", False)):
+        plain = hashed(f"freeze={freeze}")
+        assert hashed(f"freeze={freeze}", default) == plain, freeze
+        assert (hashed(f"freeze={freeze}", changed) != plain) is changes, freeze
+    uncached = ("freeze=frozen", "cache.enabled=false")
+    assert hashed(*uncached, changed) != hashed(*uncached)

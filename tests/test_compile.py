@@ -11,7 +11,7 @@ from bench.model.compiled import COMPILE_MODES, check_compile_mode, compile_enco
 from bench.model.encoders import load_encoder, load_tokenizer, run_encoder
 from bench.run.preflight import check_cell
 from bench.run.train import run
-from conftest import ENCODERS
+from conftest import ENCODERS, assert_hashed_where_the_encoder_runs, tiny_sst2_cell
 
 
 def test_the_modes_are_checked_naming_the_valid_choices():
@@ -24,25 +24,15 @@ def test_the_modes_are_checked_naming_the_valid_choices():
             check_compile_mode(bad)
 
 
-def _cfg(compose_cfg, *overrides: str):
-    return compose_cfg("encoder=tiny_bert", "task=sst2", "head=linear", "seed=1", *overrides)
-
-
 def test_compiling_is_another_cell_only_where_an_encoder_forward_is_compiled(compose_cfg):
     """false keeps every existing hash; cells that read cached states run no forward to compile."""
-    for freeze, changes in (("full", True), ("frozen", False), ("top_k", False)):
-        eager = config_hash(_cfg(compose_cfg, f"freeze={freeze}"))
-        assert config_hash(_cfg(compose_cfg, f"freeze={freeze}", "trainer.compile=false")) == eager
-        compiled = config_hash(_cfg(compose_cfg, f"freeze={freeze}", "trainer.compile=default"))
-        assert (compiled != eager) is changes, freeze
-    uncached = ("freeze=frozen", "cache.enabled=false")
-    assert config_hash(_cfg(compose_cfg, *uncached, "trainer.compile=default")) != config_hash(
-        _cfg(compose_cfg, *uncached)
+    assert_hashed_where_the_encoder_runs(
+        compose_cfg, "trainer.compile=false", "trainer.compile=default"
     )
 
 
 def test_preflight_refuses_an_unknown_mode(compose_cfg, data_dir):
-    cfg = _cfg(compose_cfg, "freeze=full", f"data.dir={data_dir}", "trainer.compile=fast")
+    cfg = tiny_sst2_cell(compose_cfg, "freeze=full", f"data.dir={data_dir}", "trainer.compile=fast")
     with pytest.raises(ConfigError, match=r"trainer\.compile='fast': valid choices"):
         check_cell(cfg)
 
@@ -87,12 +77,14 @@ def test_a_compiled_cell_trains_and_says_so(compose_cfg, data_dir, tmp_path):
         f"cache.dir={tmp_path / 'cache'}",
     )
     compiled = run(
-        _cfg(compose_cfg, "freeze=full", "trainer.compile=default", *common), tmp_path / "c"
+        tiny_sst2_cell(compose_cfg, "freeze=full", "trainer.compile=default", *common),
+        tmp_path / "c",
     )
     assert compiled["status"] == "ok", compiled.get("reason")
     assert compiled["compile"] == {"mode": "default", "applied": True}
     cached = run(
-        _cfg(compose_cfg, "freeze=frozen", "trainer.compile=default", *common), tmp_path / "f"
+        tiny_sst2_cell(compose_cfg, "freeze=frozen", "trainer.compile=default", *common),
+        tmp_path / "f",
     )
     assert cached["status"] == "ok" and cached["compile"] == {"mode": "default", "applied": False}
 
@@ -102,7 +94,7 @@ def test_a_lockstep_cell_accepts_compile_and_says_it_did_not_apply(compose_cfg, 
     from bench.run.lockstep import group_key, train_group
 
     cfgs = [
-        _cfg(
+        tiny_sst2_cell(
             compose_cfg,
             "freeze=frozen",
             "selection=dev",

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-from bench.cell import config_hash
 from bench.data.padding import check_pad_multiple, widest_batch
 from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
@@ -19,7 +18,7 @@ from bench.errors import ConfigError
 from bench.model.encoders import load_encoder, load_tokenizer, run_encoder
 from bench.run.preflight import check_cell, check_max_length
 from bench.run.train import run
-from conftest import ENCODERS
+from conftest import ENCODERS, assert_hashed_where_the_encoder_runs, tiny_sst2_cell
 
 
 def test_the_multiple_is_checked_naming_the_key():
@@ -103,20 +102,10 @@ def test_an_encoder_reads_the_same_states_from_a_wider_batch(data_dir):
             torch.testing.assert_close(b[mask], a[mask], rtol=1e-4, atol=1e-5)
 
 
-def _cfg(compose_cfg, *overrides: str):
-    return compose_cfg("encoder=tiny_bert", "task=sst2", "head=linear", "seed=1", *overrides)
-
-
 def test_padding_is_another_cell_only_where_the_encoder_reads_the_batches(compose_cfg):
     """null keeps every existing hash; cells reading cached states ignore the key."""
-    for freeze, changes in (("full", True), ("frozen", False), ("top_k", False)):
-        plain = config_hash(_cfg(compose_cfg, f"freeze={freeze}"))
-        assert config_hash(_cfg(compose_cfg, f"freeze={freeze}", "data.pad_to_multiple_of=null"))
-        padded = config_hash(_cfg(compose_cfg, f"freeze={freeze}", "data.pad_to_multiple_of=8"))
-        assert (padded != plain) is changes, freeze
-    uncached = ("freeze=frozen", "cache.enabled=false")
-    assert config_hash(_cfg(compose_cfg, *uncached, "data.pad_to_multiple_of=8")) != config_hash(
-        _cfg(compose_cfg, *uncached)
+    assert_hashed_where_the_encoder_runs(
+        compose_cfg, "data.pad_to_multiple_of=null", "data.pad_to_multiple_of=8"
     )
 
 
@@ -125,7 +114,7 @@ def test_preflight_refuses_a_bad_multiple(compose_cfg, data_dir):
         (0, r"data\.pad_to_multiple_of=0: must be at least 1"),
         ("8", r"data\.pad_to_multiple_of='8': must be an integer or null"),
     ):
-        cfg = _cfg(compose_cfg, "freeze=full", f"data.dir={data_dir}")
+        cfg = tiny_sst2_cell(compose_cfg, "freeze=full", f"data.dir={data_dir}")
         cfg.data.pad_to_multiple_of = value
         with pytest.raises(ConfigError, match=message):
             check_cell(cfg)
@@ -142,7 +131,7 @@ def test_a_multiple_that_pads_past_the_positions_is_refused():
 @pytest.mark.parametrize("freeze", ["full", "frozen", "top_k"])
 def test_a_padded_cell_trains(compose_cfg, data_dir, tmp_path, freeze):
     """Full cells train on the widened batches; cached cells get their states' own width."""
-    cfg = _cfg(
+    cfg = tiny_sst2_cell(
         compose_cfg,
         f"freeze={freeze}",
         f"data.dir={data_dir}",
