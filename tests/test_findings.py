@@ -9,7 +9,10 @@ import pytest
 from scipy.stats import ttest_rel
 
 from bench.report import findings, readme
+from bench.report.context import build_context
 from bench.report.findings import END, START, main, replace_block, summary
+from bench.report.headline import at_a_glance, has_winner, headline_comparisons, headline_frame
+from bench.report.inputs import load_inputs
 from conftest import ROOT
 
 README = ROOT / "README.md"
@@ -61,14 +64,54 @@ def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
     return winners, significant, len(pvalues)
 
 
+def _best_constants(table: pd.DataFrame) -> dict:
+    """The best constant prediction's dev score per (task, freeze), from results.csv alone."""
+    main = table[(table.split == "dev") & (table.metric == table.main_metric)]
+    return main.groupby(["task", "freeze_label"])["best_constant"].first().to_dict()
+
+
+@pytest.mark.skipif(not (RESULTS / "fair_heads" / "results.csv").is_file(), reason="not run")
+@pytest.mark.parametrize("name", ["fair_heads", "fair_heads_gpu"])
+def test_a_setting_whose_best_mean_does_not_beat_the_best_constant_names_no_winner(name):
+    source = RESULTS / name
+    table = pd.read_csv(source / "results.csv")
+    winners, _, _ = _verdicts(table)
+    constant = _best_constants(table)
+    below = {k for k, (_, mean) in winners.items() if mean <= constant[k]}
+    assert below == {("rte", "frozen")}  # every head of frozen RTE is under 52.7, the majority
+    text = (source / "README.md").read_text(encoding="utf-8")
+    verdict = text.split("## Verdict", 1)[1].split("\n\n", 2)[1]
+    assert sum("has no winner" in line for line in verdict.splitlines()) == len(below)
+    for line in verdict.splitlines():
+        task = line.removeprefix("- ").split(",", 1)[0]
+        key = ({"SST-2": "sst2", "STS-B": "stsb"}.get(task, task.lower()), "frozen")
+        if "no winner" in line:
+            assert key in below and line.startswith(f"- {task}, frozen: no head's mean beats")
+            assert f"{100 * constant[key]:.1f} acc" in line
+        elif key in winners and "frozen" in line.split(":", 1)[0]:
+            assert key not in below
+    ctx = build_context(load_inputs(source))
+    frame = headline_frame(ctx)
+    glance = at_a_glance(frame, headline_comparisons(ctx))
+    won = {(r.task, r.freeze_label) for r in frame.itertuples()} - below
+    assert f"({len(won)} of {len(frame)} settings)" in glance
+    assert "No head's mean beats it in RTE frozen, so those settings name no winner" in glance
+    wins = frame[has_winner(frame)]["winner"].value_counts()
+    assert wins.sum() == len(won)
+
+
 @pytest.mark.skipif(not (RESULTS / "fair_heads" / "results.csv").is_file(), reason="not run")
 def test_the_fair_heads_finding_matches_an_independent_computation():
     table = pd.read_csv(RESULTS / "fair_heads" / "results.csv")
     winners, significant, n_shown = _verdicts(table)
     text = findings.experiment_finding(RESULTS / "fair_heads")
-    for (task, _freeze), (winner, mean) in winners.items():
+    constant = _best_constants(table)
+    for (task, freeze), (winner, mean) in winners.items():
         title = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B"}
-        assert f"{title[task]} `{winner}` {100 * mean:.1f}" in text
+        if mean <= constant[(task, freeze)]:
+            assert f"{title[task]} no winner (best `{winner}` {100 * mean:.1f}, not above" in text
+        else:
+            assert f"{title[task]} `{winner}` {100 * mean:.1f}" in text
     assert f"runner-up in {significant} of {len(winners)} settings" in text
     assert f"Holm over all {n_shown} headline comparisons" in text
 

@@ -386,6 +386,20 @@ def predictions():
     return labels, a, b
 
 
+def test_a_mean_is_placed_against_the_threshold_with_its_t_interval():
+    scores = np.array([0.50, 0.51, 0.53, 0.52, 0.54])
+    low, _ = sps.t.interval(0.95, len(scores) - 1, scores.mean(), sps.sem(scores))
+    assert low < 0.51 < scores.mean() < 0.527
+    where = stats.against_threshold
+    assert where(scores.mean(), low, 0.527) == stats.NOT_ABOVE  # RTE's best constant
+    assert where(scores.mean(), low, 0.51) == stats.INTERVAL_REACHES
+    assert where(scores.mean(), low, 0.40) == stats.ABOVE_THRESHOLD
+    # a mean equal to the threshold up to float noise is not above it (as a failed run)
+    assert where(0.5 + 1e-9, 0.49, 0.5) == stats.NOT_ABOVE
+    assert where(0.7, np.nan, 0.5) == stats.ABOVE_THRESHOLD  # one seed: the mean decides
+    assert where(0.7, 0.6, np.nan) == "" and where(np.nan, np.nan, 0.5) == ""
+
+
 def test_paired_bootstrap_equals_a_direct_numpy_implementation(predictions):
     labels, a, b = predictions
     res = stats.paired_bootstrap(labels, a, b, _accuracy, n_resamples=2_000, rng=11)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from bench.report.inputs import ReportInputs
@@ -86,6 +87,38 @@ def build_context(inputs: ReportInputs) -> ReportContext:
         multi_encoder=table["encoder"].nunique() > 1,
         sized=sized_settings(cells),
     )
+
+
+def threshold_name(best_constant: float, baseline: float) -> str:
+    """The failure threshold in words (:func:`bench.results.stats.failure_threshold`).
+
+    Args:
+        best_constant: The best constant prediction's score (NaN in older tables).
+        baseline: The majority-class baseline's score (NaN if none).
+
+    Returns:
+        ``the best constant prediction``, ``the majority baseline`` or ``zero``.
+    """
+    if pd.notna(best_constant) and np.isfinite(best_constant):
+        return "the best constant prediction"
+    return "the majority baseline" if pd.notna(baseline) else "zero"
+
+
+def constant_cell(standing: object) -> str:
+    """A table's "Beats the constant" cell for :func:`bench.results.stats.against_threshold`.
+
+    Args:
+        standing: Its result (``""`` or NaN when no threshold applied).
+
+    Returns:
+        ``yes`` (the mean and its whole t-interval above the best constant), ``not shown``
+        (the interval reaches it), ``no`` (the mean at or below it: no winner) or ``–``.
+    """
+    return {
+        stats.ABOVE_THRESHOLD: "yes",
+        stats.INTERVAL_REACHES: "not shown",
+        stats.NOT_ABOVE: "no",
+    }.get(str(standing), "–")
 
 
 def short_metric(metric: str) -> str:

@@ -18,14 +18,20 @@ from pathlib import Path
 import pandas as pd
 
 from bench.atomic import atomic_write
-from bench.report.context import build_context, points, pvalue, short_metric
-from bench.report.headline import headline_comparisons, headline_frame, tested_phrase
+from bench.report.context import build_context, points, pvalue, short_metric, threshold_name
+from bench.report.headline import (
+    has_winner,
+    headline_comparisons,
+    headline_frame,
+    tested_phrase,
+)
 from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_sentence
 from bench.report.readme import what_ran
 from bench.report.selfcheck import selfcheck_sentence
 from bench.report.style import task_title
 from bench.report.variance import variance_sentence
+from bench.results import stats
 from bench.results.calibration import (
     N_BINS,
     calibration_summary,
@@ -75,12 +81,11 @@ def experiment_finding(source: Path) -> str:
         per_task = ", ".join(
             f"{task_title(r['task'])}"
             + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
-            + f" `{r['winner']}` {points(r['winner_mean'])}"
-            + (f" ({r['tier']})" if r["significant"] else "")
+            + _winner_text(r)
             for _, r in group.iterrows()
         )
         winners.append(f"{freeze}: {per_task}")
-    clear = frame[frame["significant"]]
+    clear = frame[frame["significant"] & has_winner(frame)]
     text = (
         f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
         f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
@@ -115,11 +120,38 @@ def experiment_finding(source: Path) -> str:
     return text + "\n"
 
 
+def _winner_text(r: pd.Series) -> str:
+    """One setting's winner after its name: `` `bilstm` 83.6 (***)``, or why there is none."""
+    constant = threshold_name(r["best_constant"], r["baseline"])
+    if r["vs_constant"] == stats.NOT_ABOVE:
+        return (
+            f" no winner (best `{r['winner']}` {points(r['winner_mean'])}, not above "
+            f"{constant} {points(r['threshold'])})"
+        )
+    reaches = r["vs_constant"] == stats.INTERVAL_REACHES
+    return (
+        f" `{r['winner']}` {points(r['winner_mean'])}"
+        + (f" ({r['tier']})" if r["significant"] else "")
+        + (f" (its interval reaches {constant})" if reaches else "")
+    )
+
+
 def _led(head: str, low: int, high: int) -> str:
     """A head's run of sizes as the leader: ``at 100 examples``, ``from 100 to 400 examples``."""
     if low == high:
         return f"`{head}` at {size_text(low)}"
     return f"`{head}` from {size_range(low, high)}"
+
+
+def _below_constant(curve: pd.DataFrame) -> str:
+    """Where a curve's leader does not beat the best constant prediction, in brackets."""
+    below = curve[curve["leader_vs_constant"] == stats.NOT_ABOVE]["train_size"].tolist()
+    if not below:
+        return ""
+    if len(below) == len(curve):
+        return " (no leader's mean beats the best constant prediction at any size)"
+    sizes = ", ".join(size_text(size) for size in below)
+    return f" (no leader's mean beats the best constant prediction at {sizes})"
 
 
 def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str | None:
@@ -152,6 +184,7 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
             curves.append(f"{name} ({sizes}): `{runs[0][0]}` at every size")
         else:
             curves.append(f"{name}: " + ", then ".join(_led(*run) for run in runs))
+        curves[-1] += _below_constant(curve)
         for _, r in curve[curve["changed"].astype(bool)].iterrows():
             if pd.notna(r["change_p_holm"]):
                 tier = r["change_tier"] if r["change_significant"] else "not significant"

@@ -23,7 +23,15 @@ from bench.report.budget import (
     tuning_seconds,
     unequal_settings,
 )
-from bench.report.context import ReportContext, interval, points, pvalue, short_metric
+from bench.report.context import (
+    ReportContext,
+    constant_cell,
+    interval,
+    points,
+    pvalue,
+    short_metric,
+    threshold_name,
+)
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
 from bench.report.style import svg_data_uri, task_title
@@ -58,6 +66,8 @@ HEADLINE_COLUMNS = [
     "tied",
     "best_constant",
     "baseline",
+    "threshold",
+    "vs_constant",
     "reason",
 ]
 #: Points of the expected-validation-performance table (trials tried).
@@ -90,7 +100,10 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
         ``margin``/``ci_low``/``ci_high`` are the mean
         paired difference over the runner-up and its Student-t interval; ``p`` the paired
         t-test, ``p_holm`` Holm over all ``n_comparisons`` headline comparisons; ``tied``
-        the heads not significantly below the winner (comma-separated).
+        the heads not significantly below the winner (comma-separated); ``vs_constant``
+        how the winner's mean stands against ``threshold``, its runs' failure threshold
+        (:func:`bench.results.stats.against_threshold`): a setting whose best mean is
+        :data:`~bench.results.stats.NOT_ABOVE` it has no winner (:func:`has_winner`).
     """
     shown = headline_comparisons(ctx) if shown is None else shown
     rows = []
@@ -124,6 +137,8 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             tied="",
             best_constant=best["best_constant"],
             baseline=best["baseline"],
+            threshold=best["threshold"],
+            vs_constant=stats.against_threshold(best["mean"], best["t_low"], best["threshold"]),
             reason="only one head",
         )
         if len(ranked) > 1:
@@ -155,14 +170,56 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
 
 
+def has_winner(frame: pd.DataFrame) -> pd.Series:
+    """Per :func:`headline_frame` row: whether its best head's mean beats a constant.
+
+    A setting whose best mean is at or below its failure threshold (the best constant
+    prediction) names no winner: the order of its heads is an order among failures.
+    """
+    return frame["vs_constant"] != stats.NOT_ABOVE
+
+
+def no_winner_text(frame: pd.DataFrame) -> str:
+    """The settings without a winner, in words (``RTE frozen; RTE full``); empty if none."""
+    return "; ".join(
+        f"{task_title(r['task'])} {r['freeze_shown']}"
+        for _, r in frame[~has_winner(frame)].iterrows()
+    )
+
+
+def _threshold(r: pd.Series) -> str:
+    return threshold_name(r["best_constant"], r["baseline"])
+
+
 def _failures(r: pd.Series) -> str:
     if not r["winner_failed"]:
         return ""
-    against = "the best constant" if pd.notna(r["best_constant"]) else "the majority baseline"
     return (
         f" {r['winner']} itself failed in {r['winner_failed']} of {r['winner_runs']} runs "
-        f"(crashed, diverged, or at or below {against})."
+        f"(crashed, diverged, or at or below {_threshold(r)})."
     )
+
+
+def _opening(r: pd.Series, where: str, mean: str) -> tuple[str, str]:
+    """A verdict's first clause, and what links it to the lead over the runner-up.
+
+    A best mean at or below the failure threshold names no winner; one whose interval
+    reaches the threshold is said to (:func:`has_winner`).
+    """
+    unit = short_metric(r["metric"])
+    constant = f"{_threshold(r)} ({points(r['threshold'])} {unit})"
+    if r["vs_constant"] == stats.NOT_ABOVE:
+        return (
+            f"{where}: no head's mean beats {constant}, so this setting has no winner; the best "
+            f"mean is {r['winner']}'s {mean}",
+            ", which leads",
+        )
+    if r["vs_constant"] == stats.INTERVAL_REACHES:
+        return (
+            f"{where}: {r['winner']} scores {mean}, an interval that reaches {constant}",
+            ", and beats",
+        )
+    return f"{where}: {r['winner']} scores {mean}", " and beats"
 
 
 def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
@@ -172,17 +229,18 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     unit = short_metric(r["metric"])
     spread = interval(r["winner_t_low"], r["winner_t_high"])
     mean = f"{points(r['winner_mean'])} {unit} (95% t-interval {spread})"
+    opening, link = _opening(r, where, mean)
     if not isinstance(r["runner_up"], str):
-        return f"{where}: {r['winner']} scores {mean}; {r['reason']}." + _failures(r)
+        return f"{opening}; {r['reason']}." + _failures(r)
     if pd.isna(r["margin"]) or r["n_pairs"] < 2:
         gap = r["winner_mean"] - r["runner_mean"]
         return (
-            f"{where}: {r['winner']} scores {mean}, ahead of {r['runner_up']} by {points(gap)} "
+            f"{opening}{link} {r['runner_up']} by {points(gap)} "
             f"points on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too "
             "few for an interval or a test." + _failures(r)
         )
     text = (
-        f"{where}: {r['winner']} scores {mean} and beats {r['runner_up']} by "
+        f"{opening}{link} {r['runner_up']} by "
         f"{points(r['margin'])} "
         f"points (95% t-interval {interval(r['ci_low'], r['ci_high'])}, {r['n_pairs']} paired "
         f"seeds; paired t-test, Holm over all {r['n_comparisons']} headline comparisons: "
@@ -195,7 +253,8 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
     else:
         text += ", not significant)."
     if r["tied"]:
-        text += f" Not distinguishable from the winner: {r['tied']}."
+        best = "the winner" if r["vs_constant"] != stats.NOT_ABOVE else r["winner"]
+        text += f" Not distinguishable from {best}: {r['tied']}."
     return text + _failures(r)
 
 
@@ -214,10 +273,21 @@ def tested_phrase(shown: pd.DataFrame) -> str:
 
 
 def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
-    """One sentence: which head wins most settings, and how many wins are significant."""
-    wins = frame["winner"].value_counts()
+    """One sentence: which head wins most settings, and how many wins are significant.
+
+    Settings whose best mean does not beat the best constant prediction win for no head
+    (:func:`has_winner`); they are named.
+    """
+    won = frame[has_winner(frame)]
+    wins = won["winner"].value_counts()
     ranking = "; ".join(f"{head} {count}" for head, count in wins.items())
-    text = f"Best head by mean in {len(frame)} settings: {ranking}. "
+    text = f"Best head by mean in {len(frame)} settings: {ranking or 'none'}. "
+    if len(won) < len(frame):
+        text = (
+            f"Best head by mean, where it beats the best constant prediction ({len(won)} of "
+            f"{len(frame)} settings): {ranking or 'none'}. No head's mean beats it in "
+            f"{no_winner_text(frame)}, so those settings name no winner. "
+        )
     if shown.empty:
         return text + "No setting has two heads to compare."
     significant = int((shown["p_holm_all"] < ALPHA).sum())
@@ -227,7 +297,7 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
         f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
         f"are significant at α = {ALPHA}; "
     )
-    clear = int(frame["significant"].sum())
+    clear = int((frame["significant"] & has_winner(frame)).sum())
     text += (
         f"in {clear} of {len(frame)} settings the winner is significantly ahead of the runner-up."
     )
@@ -235,10 +305,13 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
 
 
 def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> str:
-    """Per head: settings won, won significantly, settings it ran in, mean winning margin."""
+    """Per head: settings won, won significantly, settings it ran in, mean winning margin.
+
+    A setting without a winner (:func:`has_winner`) counts for no head.
+    """
     rows = []
     for head in heads:
-        won = frame[frame["winner"] == head]
+        won = frame[(frame["winner"] == head) & has_winner(frame)]
         rows.append(
             [
                 head,
@@ -252,7 +325,9 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
         ["Head", "Settings won", "Won significantly", "Settings it ran in", "Mean margin (points)"],
         rows,
         caption="How often each head is the best (by mean over seeds) in a task × encoder × "
-        "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction.",
+        "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction. "
+        "A setting whose best mean does not beat the best constant prediction counts for no "
+        "head.",
         numeric=[1, 2, 3, 4],
     )
 
@@ -357,6 +432,7 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             f"{r['winner_failed']}/{r['winner_runs']}",
             points(r["best_constant"]),
             points(r["baseline"]),
+            constant_cell(r["vs_constant"]),
             selection.get((str(r["task"]), str(r["encoder"]), str(r["freeze_label"])), "dev"),
         ]
         for _, r in frame.iterrows()
@@ -382,13 +458,16 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             "Winner failed",
             "Best constant",
             "Majority",
+            "Beats the constant",
             "Selection",
         ],
         rows,
         caption="Winner and runner-up per setting (reporting split, ×100). p: paired t-test "
         "over seeds; p (Holm): corrected over every headline comparison; tier: *** < 0.001, "
         "** < 0.01, * < 0.05, n.s. otherwise. Winner failed: its runs that crashed, diverged "
-        "or scored at or below the best constant prediction.",
+        "or scored at or below the best constant prediction. Beats the constant: whether the "
+        "winner's mean and its whole t-interval are above the best constant prediction; "
+        "'no' means the setting has no winner.",
         numeric=[5, 8, 9, 11, 12, 13, 17, 18],
         css="headline",
     )

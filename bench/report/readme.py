@@ -30,6 +30,7 @@ from bench.report.budget import (
 from bench.report.context import (
     ReportContext,
     build_context,
+    constant_cell,
     interval,
     points,
     pvalue,
@@ -150,6 +151,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
             r["tier"],
             f"{r['winner_failed']}/{r['winner_runs']}",
             points(r["best_constant"]),
+            constant_cell(r["vs_constant"]),
         ]
         for _, r in frame.iterrows()
     ]
@@ -380,13 +382,16 @@ def experiment_readme(source: str | Path) -> str:
                     "Tier",
                     "Winner failed",
                     "Best constant",
+                    "Beats the constant",
                 ],
                 verdict_rows(frame),
             )
             + "\n\nReporting split, ×100. p: paired t-test over seeds, Holm-corrected over "
             f"{tested_phrase(shown)} (each winner against every other head of its "
             "setting); tier: *** < 0.001, ** < 0.01, * < 0.05. Winner failed: runs that "
-            "crashed, diverged or scored at or below the best constant prediction."
+            "crashed, diverged or scored at or below the best constant prediction. Beats the "
+            "constant: whether the winner's mean and its whole t-interval are above the best "
+            "constant prediction; 'no' means the setting has no winner."
         )
     parts.append(
         "## Every head\n\n"

@@ -13,7 +13,14 @@ import pandas as pd
 
 import bench.report.figures as figures
 from bench.report.budget import cell_budget
-from bench.report.context import ReportContext, interval, points, pvalue, short_metric
+from bench.report.context import (
+    ReportContext,
+    constant_cell,
+    interval,
+    points,
+    pvalue,
+    short_metric,
+)
 from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
@@ -54,6 +61,7 @@ def leader_rows(ctx: ReportContext, leaders: pd.DataFrame) -> list[list[object]]
                 short_metric(r["metric"]),
                 r["leader"],
                 f"{points(r['leader_mean'])} ({interval(r['leader_t_low'], r['leader_t_high'])})",
+                constant_cell(r["leader_vs_constant"]),
                 r["runner_up"] if isinstance(r["runner_up"], str) else "–",
                 points(r["margin"]),
                 interval(r["margin_t_low"], r["margin_t_high"]),
@@ -174,6 +182,7 @@ def training_size_section(ctx: ReportContext) -> Section | None:
                 "Metric",
                 "Leader",
                 "Mean (95% t-interval)",
+                "Beats the constant",
                 "Runner-up",
                 "Margin",
                 "Margin 95% t-interval",
@@ -185,8 +194,10 @@ def training_size_section(ctx: ReportContext) -> Section | None:
             leader_rows(ctx, leaders),
             caption="The leading head at every training size (dev, ×100). Margin: leader − "
             "runner-up, paired over seeds; p: paired t-test, Holm over the curve's "
-            "comparisons. Change of lead: the new leader − the previous one at that size.",
-            numeric=[7, 9, 10],
+            "comparisons. Change of lead: the new leader − the previous one at that size. "
+            "Beats the constant: whether the leader's mean and its whole t-interval are above "
+            "the best constant prediction ('no': no head beats a constant at that size).",
+            numeric=[8, 10, 11],
         )
     )
     parts.append(

@@ -64,6 +64,8 @@ LEADER_COLUMNS = [
     "leader_mean",
     "leader_t_low",
     "leader_t_high",
+    "threshold",
+    "leader_vs_constant",
     "runner_up",
     "runner_mean",
     *(f"margin{part}" for part in _TESTED),
@@ -243,7 +245,9 @@ def leaders_of(
 
     Returns:
         One row per curve and size (:data:`LEADER_COLUMNS`), sizes ascending (the whole
-        split last). ``margin``: the leader − the runner-up, paired over seeds, with
+        split last). ``leader_vs_constant``: how the leader's mean stands against
+        ``threshold``, its runs' failure threshold (:func:`~bench.results.stats.against_threshold`).
+        ``margin``: the leader − the runner-up, paired over seeds, with
         ``margin_t_low``/``_t_high`` (Student-t interval), ``_n_pairs``, ``_p`` (paired
         t-test), ``_p_holm`` (Holm over the curve's ``n_comparisons``: at every size, the
         leader against each other head), ``_tier``, ``_significant`` and ``_note`` (why
@@ -322,6 +326,8 @@ def _leader_row(
         leader_mean=best["mean"],
         leader_t_low=best["t_low"],
         leader_t_high=best["t_high"],
+        threshold=best["threshold"],
+        leader_vs_constant=stats.against_threshold(best["mean"], best["t_low"], best["threshold"]),
         runner_up=None,
         margin_n_pairs=0,
         margin_tier="",

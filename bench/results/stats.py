@@ -226,6 +226,41 @@ def failure_threshold(metric: str, baseline: float, best_constant: float = math.
     return 0.0 if metric in ZERO_THRESHOLD_METRICS else float("nan")
 
 
+#: :func:`against_threshold`: the mean and its whole Student-t interval are above it.
+ABOVE_THRESHOLD = "above"
+#: :func:`against_threshold`: the mean is above it, but its Student-t interval reaches it.
+INTERVAL_REACHES = "interval reaches it"
+#: :func:`against_threshold`: the mean is at or below it: the head does not beat a constant.
+NOT_ABOVE = "at or below"
+
+
+def against_threshold(mean: float, t_low: float, threshold: float) -> str:
+    """Whether a head's mean score is shown to beat its failure threshold (the best constant).
+
+    A setting whose best head is at or below the best constant prediction has no winner: its
+    heads are compared among failures. One whose best head's 95% interval reaches the
+    threshold has a winner that is not shown to beat a constant.
+
+    Args:
+        mean: The head's mean score over seeds.
+        t_low: The lower end of its Student-t interval (NaN with fewer than two seeds: the
+            mean alone decides).
+        threshold: :func:`failure_threshold` of its runs (NaN: no rule applies).
+
+    Returns:
+        :data:`ABOVE_THRESHOLD`, :data:`INTERVAL_REACHES` or :data:`NOT_ABOVE`, with the same
+        tolerance (:data:`BASELINE_ATOL`) as a failed run; ``""`` when the mean or the
+        threshold is missing.
+    """
+    if np.isnan(mean) or np.isnan(threshold):
+        return ""
+    if mean <= threshold + BASELINE_ATOL:
+        return NOT_ABOVE
+    if not np.isnan(t_low) and t_low <= threshold + BASELINE_ATOL:
+        return INTERVAL_REACHES
+    return ABOVE_THRESHOLD
+
+
 def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") -> pd.DataFrame:
     """One row per run with the chosen metric's value and whether the run failed.
 
