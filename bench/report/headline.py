@@ -34,6 +34,7 @@ from bench.report.context import (
 )
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
+from bench.report.preset_grid import unrun_text
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.curves import freeze_text
@@ -369,6 +370,9 @@ def budget_parts(ctx: ReportContext) -> list[str]:
                 "warning",
             )
         )
+    unrun = unrun_text(ctx.inputs.table, str(ctx.inputs.launch.get("command") or ""))
+    if unrun:
+        parts.append(paragraph(f"Not run yet: {unrun}", "warning"))
     on_dev = dev_selected(cells)
     if on_dev:
         parts.append(

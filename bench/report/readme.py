@@ -44,6 +44,7 @@ from bench.report.headline import (
 )
 from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
+from bench.report.preset_grid import unrun_text
 from bench.report.style import seeds_text, task_title
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 
@@ -80,6 +81,9 @@ def what_ran(ctx: ReportContext) -> str:
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
         f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}."
     )
+    unrun = unrun_text(ctx.inputs.table, str(ctx.inputs.launch.get("command") or ""))
+    if unrun:
+        text += f" **Not run yet**: {unrun}"
     planned = ctx.inputs.launch.get("planned") or []
     if planned:
         done = planned_done(
