@@ -28,7 +28,7 @@ from bench.report.style import (
     task_title,
 )
 from bench.results.curves import CURVE_KEYS, size_text, split_by_size
-from bench.results.stats import WHOLE_SPLIT
+from bench.results.stats import NOT_ABOVE, WHOLE_SPLIT
 from bench.results.tables import METRIC_NAMES
 
 PANEL_KEYS = ["task", "encoder"]
@@ -108,7 +108,8 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
 
     Args:
         headlines: Columns task, encoder, freeze_label, winner, runner_up, margin,
-            ci_low, ci_high, significant, metric, n_pairs.
+            ci_low, ci_high, significant, metric, n_pairs (and ``vs_constant``: a row whose
+            best mean does not beat the best constant is labelled as having no winner).
         palette: Report palette.
         multi_encoder: Whether to name the encoder in row labels.
 
@@ -137,6 +138,7 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     labels = [
         f"{panel_title(r['task'], r['encoder'], multi_encoder)} · "
         f"{r.get('freeze_shown', r['freeze_label'])}: {r['winner']} vs {r['runner_up']}"
+        + (" (no winner: ≤ best constant)" if r.get("vs_constant") == NOT_ABOVE else "")
         for _, r in rows.iterrows()
     ]
     ax.set_yticks(y, labels)
