@@ -15,9 +15,8 @@
 #    fine-tuning end to end (the same sides), lock-step (the stacked step), FLOP/s,
 #    packing, grid;
 # 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
-#    separated by `::`), resumed from the carried run directories: the BiLSTM on frozen SST-2
-#    (every other frozen cell is done), then fine-tuning, packed 4 to the GPU, on the small
-#    tasks, then on SST-2.
+#    separated by `::`), resumed from the carried run directories: fine-tuning (every frozen
+#    cell is done), packed 4 to the GPU, on the small tasks, then on SST-2.
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -31,9 +30,8 @@ perf_args=${PERF_ARGS:---parts steps,finetune,lockstep,flops,packed,grid \
 --steps-sides headbench,headbench_graphs,headbench_compile,hf_trainer,headbench_bf16 \
 --ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
 --ft-train-size 16000 --ft-epochs 1 --lockstep-cells 20 --pack-max 2 --grid-cells 4}
-bench_args=${BENCH_ARGS:-freeze=frozen task=sst2 head=bilstm hydra/launcher=lockstep \
-:: freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack runtime.cells_per_gpu=4 \
-:: freeze=full task=sst2 hydra/launcher=gpu_pack runtime.cells_per_gpu=4}
+bench_args=${BENCH_ARGS:-freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack \
+runtime.cells_per_gpu=4 :: freeze=full task=sst2 hydra/launcher=gpu_pack runtime.cells_per_gpu=4}
 check_args=${bench_args%% ::*} # check dry-runs the first part
 started=$SECONDS
 
