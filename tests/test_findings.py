@@ -95,7 +95,7 @@ def test_a_setting_whose_best_mean_does_not_beat_the_best_constant_names_no_winn
     glance = at_a_glance(frame, headline_comparisons(ctx))
     won = {(r.task, r.freeze_label) for r in frame.itertuples()} - below
     assert f"({len(won)} of {len(frame)} settings)" in glance
-    assert "No head's mean beats it in RTE frozen, so those settings name no winner" in glance
+    assert "No head's mean beats it in RTE frozen, so that setting names no winner" in glance
     wins = frame[has_winner(frame)]["winner"].value_counts()
     assert wins.sum() == len(won)
 

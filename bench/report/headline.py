@@ -287,7 +287,9 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
         text = (
             f"Best head by mean, where it beats the best constant prediction ({len(won)} of "
             f"{len(frame)} settings): {ranking or 'none'}. No head's mean beats it in "
-            f"{no_winner_text(frame)}, so those settings name no winner. "
+            f"{no_winner_text(frame)}, so "
+            + ("that setting names" if len(frame) - len(won) == 1 else "those settings name")
+            + " no winner. "
         )
     if shown.empty:
         return text + "No setting has two heads to compare."
