@@ -262,6 +262,38 @@ def test_the_leader_per_size_and_its_changes_match_paired_t_tests_with_holm_in_t
     assert not at_6400["change_significant"] and at_6400["change_tier"] == "n.s."
 
 
+def test_a_leader_that_does_not_beat_the_constant_is_marked_at_its_size():
+    table = _curve_table()
+    sizes = pd.to_numeric(table["train_size"])
+    # linear leads at 100 with 60.4 and at 400 with 70.4 (5 seeds each)
+    table.loc[sizes == 100, "baseline"] = 0.605  # above its mean: no winner there
+    table.loc[sizes == 400, "baseline"] = 0.70  # below its mean, inside its t-interval
+    leaders = curve_leaders(table).set_index("train_size")
+    for size, threshold in ((100, 0.605), (400, 0.70), (1600, 0.509), (6400, 0.509)):
+        x = np.asarray(CURVE[(leaders.at[size, "leader"], size)])
+        low, _ = sps.t.interval(0.95, df=len(x) - 1, loc=x.mean(), scale=sps.sem(x))
+        expected = (
+            "at or below"
+            if x.mean() <= threshold
+            else "interval reaches it"
+            if low <= threshold
+            else "above"
+        )
+        assert leaders.at[size, "leader_vs_constant"] == expected
+    assert leaders["leader_vs_constant"].tolist() == [
+        "at or below",
+        "interval reaches it",
+        "above",
+        "above",
+    ]
+    sentence = curves_sentence(curve_leaders(table))
+    assert sentence is not None
+    assert (
+        "then `mean_linear` at 6,400 examples (no leader's mean beats the best constant "
+        "prediction at 100 examples)" in sentence
+    )
+
+
 def test_settings_that_differ_only_by_size_are_labelled_and_one_size_is_not(tmp_path):
     table = _curve_table()
     assert sized_settings(table) == {("sst2", "minilm", "frozen")}
