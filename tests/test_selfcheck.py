@@ -82,6 +82,23 @@ def test_the_default_slice_trains_what_the_committed_cells_trained():
         assert config_hash(cell.config) == config_hash(OmegaConf.create(cell.result["config"]))
 
 
+@pytest.mark.skipif(not (ROOT / "results" / "fair_heads_gpu" / "runs").is_dir(), reason="not run")
+def test_the_gpu_slice_finds_cells_whose_batch_order_follows_their_seed():
+    experiment = ROOT / "results" / "fair_heads_gpu"
+    chosen = SLICES["gpu-trained"]
+    cells = prepare(experiment, "gpu-trained")
+    assert len(cells) == len(chosen.tasks) * len(chosen.heads) * len(chosen.seeds) == 18
+    assert chosen.cell_paths()[0] == "mrpc/minilm/linear/frozen/seed=1"  # without runs/
+    for cell in cells:
+        seed = cell.result["cell"]["seed"]
+        assert cell.path.endswith(f"/seed={seed}-order={seed}")
+        assert cell.result["cell"]["order_seed"] == seed
+        # what the slice promises: trained on a GPU, in a lock-step group
+        assert cell.result["hardware"]["gpu"].startswith("NVIDIA")
+        assert cell.result["lockstep"]["device"] == "cuda"
+        assert config_hash(cell.config) == config_hash(OmegaConf.create(cell.result["config"]))
+
+
 def test_the_committed_results_reproduce_themselves(committed, committed_predictions, as_today):
     today, predictions = as_today
     rep = compare(committed, today, committed_predictions, predictions)

@@ -86,12 +86,25 @@ class Slice:
     freeze: str = "frozen"
     split: str = "dev"
 
-    def cell_paths(self) -> list[str]:
-        """The cells' paths below ``runs/``: ``task/encoder/head/freeze/seed=N``."""
-        return [
-            f"{task}/{self.encoder}/{head}/{self.freeze}/seed={seed}"
-            for task, head, seed in itertools.product(self.tasks, self.heads, self.seeds)
-        ]
+    def cell_paths(self, runs: Path | None = None) -> list[str]:
+        """The cells' paths below ``runs/``: ``task/encoder/head/freeze/seed=N``.
+
+        Args:
+            runs: The committed ``runs/`` folder. Where it holds no ``seed=N`` but a
+                ``seed=N-order=N`` (a sweep whose batch order follows its seed, e.g.
+                ``fair_heads_gpu``), that one is the cell's path.
+
+        Returns:
+            One path per task × head × seed, in that order.
+        """
+        paths = []
+        for task, head, seed in itertools.product(self.tasks, self.heads, self.seeds):
+            path = f"{task}/{self.encoder}/{head}/{self.freeze}/seed={seed}"
+            ordered = f"{path}-order={seed}"
+            if runs is not None and not (runs / path).is_dir() and (runs / ordered).is_dir():
+                path = ordered
+            paths.append(path)
+        return paths
 
 
 #: The slices the check can run; ``default`` is what ``python -m bench.run.selfcheck`` runs.
@@ -112,6 +125,16 @@ SLICES: dict[str, Slice] = {
         ),
         tasks=("sst2", "mrpc", "rte", "cola", "stsb"),
         heads=("mean_linear", "last4_concat", "pooler-random"),
+        seeds=(1, 2, 3),
+    ),
+    "gpu-trained": Slice(
+        description=(
+            "MRPC and RTE, frozen MiniLM, heads linear, mean_linear and pooler-random, seeds "
+            "1-3: 18 cells that fair_heads_gpu trained on a GPU in lock-step, each trained "
+            "alone here"
+        ),
+        tasks=("mrpc", "rte"),
+        heads=("linear", "mean_linear", "pooler-random"),
         seeds=(1, 2, 3),
     ),
 }
@@ -248,7 +271,7 @@ def committed_cells(experiment: Path, chosen: Slice) -> list[CommittedCell]:
     table = run_values(read_table(experiment), split=chosen.split)
     tabled = set(table[RUN_KEYS].itertuples(index=False, name=None))
     cells = []
-    for path in chosen.cell_paths():
+    for path in chosen.cell_paths(runs):
         run_dir = runs / path
         if not (run_dir / RESULT_FILE).is_file():
             raise _missing_cell(runs, path)
