@@ -122,7 +122,10 @@ def test_the_section_shows_the_record_against_the_committed_results(record, ctx)
     assert about["Command"] == "python -m bench.run.selfcheck results/fair_heads"
     assert about["Code today"] == record["today"]["git"]["commit"]
     assert about["Code of the committed cells"] == ", ".join(record["committed"]["git"])
-    assert about["CPU kernels today"].startswith(record["today"]["hardware"]["cpu_capability"])
+    kernels = record["today"]["hardware"]["cpu_capability"]
+    assert about["Devices"].startswith(f"today on CPU ({kernels})")  # fair_heads: no GPU
+    assert "the committed cells do not record where they trained" in about["Devices"]
+    assert f"CPU kernels today {kernels}" in about["Devices"]
     assert about["Finished at"] == record["finished_at"]
     assert record["verdict"] in page.get_text()
 

@@ -32,6 +32,7 @@ from bench.results.reproduction import (
 from bench.results.selfcheck_record import (
     RECORD_FILE,
     command,
+    devices_text,
     stale_lines,
     summarize,
     version_changes,
@@ -168,11 +169,11 @@ def provenance_rows(record: dict[str, Any]) -> list[list[object]]:
             + (f" ({libraries})" if libraries else ""),
         ],
         [
-            "CPU kernels today",
+            "Devices",
+            f"{devices_text(record)}; CPU kernels today "
             f"{hardware.get('cpu_capability') or 'not recorded'} on "
             f"{hardware.get('cpu_model') or 'an unnamed CPU'}"
-            + (f" ({machine})" if machine else "")
-            + "; the committed cells do not record theirs",
+            + (f" ({machine})" if machine else ""),
         ],
         [
             "Hidden-state cache",
@@ -274,11 +275,9 @@ def selfcheck_sentence(record: dict[str, Any] | None, table: pd.DataFrame) -> st
     git = record["today"].get("git") or {}
     commit = str(git.get("commit") or "?")[:7] + (" (modified tree)" if git.get("dirty") else "")
     committed = ", ".join(f"`{str(c)[:7]}`" for c in record["committed"].get("git") or [])
-    kernels = (record["today"].get("hardware") or {}).get("cpu_capability") or "not recorded"
     text = (
         f"Self-check (`{command(record)}`, {str(record['finished_at'])[:10]} at `{commit}` on "
-        f"cells trained at {committed or 'an unrecorded commit'}; today's CPU kernels "
-        f"{kernels}): "
+        f"cells trained at {committed or 'an unrecorded commit'}; {devices_text(record)}): "
     )
     if s.n_identical == s.n_cells:
         text += f"all {s.n_cells} re-trained cells identical"

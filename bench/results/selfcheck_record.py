@@ -290,3 +290,25 @@ def stale_lines(record: dict[str, Any], table: pd.DataFrame) -> list[str]:
 def _key(row: dict[str, Any], keys: list[str]) -> list[Any]:
     """A row's key: text axes as text, numeric axes as whole numbers."""
     return [str(row[k]) if k in _TEXT_KEYS else int(row[k]) for k in keys]
+
+
+def device_name(hardware: dict[str, Any] | None) -> str:
+    """Where a cell trained, from its recorded ``hardware``: the GPU, else the CPU's kernels.
+
+    Returns:
+        ``NVIDIA H200``, ``CPU (AVX512)``, or ``not recorded`` (results that predate it).
+    """
+    hardware = hardware or {}
+    if hardware.get("gpu"):
+        return str(hardware["gpu"])
+    kernels = hardware.get("cpu_capability")
+    return f"CPU ({kernels})" if kernels else "not recorded"
+
+
+def devices_text(record: dict[str, Any]) -> str:
+    """Today's device beside the committed cells' (older records did not keep theirs)."""
+    today = device_name((record.get("today") or {}).get("hardware"))
+    devices = [d for d in (record.get("committed") or {}).get("devices") or [] if d]
+    if not devices or devices == ["not recorded"]:
+        return f"today on {today} (the committed cells do not record where they trained)"
+    return f"today on {today}; the committed cells on {', '.join(devices)}"

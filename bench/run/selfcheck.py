@@ -53,7 +53,12 @@ from bench.results.predictions import predictions_table, read_predictions
 from bench.results.reproduction import Reproduction, compare
 from bench.results.rescore import verified
 from bench.results.result_file import load_result
-from bench.results.selfcheck_record import RECORD_FILE, version_changes
+from bench.results.selfcheck_record import (
+    RECORD_FILE,
+    device_name,
+    devices_text,
+    version_changes,
+)
 from bench.results.stats import RUN_KEYS, run_key, run_values
 from bench.run.cli import JOB_CONFIG_DIR
 from bench.run.search import apply_values
@@ -385,12 +390,11 @@ def provenance_lines(record: dict[str, Any]) -> list[str]:
     changed = version_changes(record)
     dirty = " with uncommitted changes" if today["git"].get("dirty") else ""
     commits = ", ".join(c[:7] for c in committed["git"])
-    kernels = today["hardware"].get("cpu_capability")
     return [
         f"committed cells ran at {commits}; today at {str(today['git'].get('commit'))[:7]}{dirty}",
         "library versions: "
         + ("as committed" if not changed else "changed: " + ", ".join(changed))
-        + f"; today's CPU kernels: {kernels} (the committed cells do not record theirs)",
+        + f"; {devices_text(record)}",
     ]
 
 
@@ -419,6 +423,7 @@ def _record(
         "committed": {
             "git": sorted({str((c.result.get("git") or {}).get("commit")) for c in cells}),
             "versions": _versions(cells),
+            "devices": sorted({device_name(c.result.get("hardware")) for c in cells}),
         },
         "today": {
             "git": provenance.git_commit(),
