@@ -204,8 +204,8 @@ def _failures(r: pd.Series) -> str:
 def _opening(r: pd.Series, where: str, mean: str) -> tuple[str, str]:
     """A verdict's first clause, and what links it to the lead over the runner-up.
 
-    A best mean at or below the failure threshold names no winner; one whose interval
-    reaches the threshold is said to (:func:`has_winner`).
+    A best mean at or below the failure threshold names no winner (:func:`has_winner`); a
+    winner whose t-interval reaches the threshold is named with that caveat.
     """
     unit = short_metric(r["metric"])
     constant = f"{_threshold(r)} ({points(r['threshold'])} {unit})"
