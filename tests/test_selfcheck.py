@@ -87,7 +87,7 @@ def test_the_gpu_slice_finds_cells_whose_batch_order_follows_their_seed():
     experiment = ROOT / "results" / "fair_heads_gpu"
     chosen = SLICES["gpu-trained"]
     cells = prepare(experiment, "gpu-trained")
-    assert len(cells) == len(chosen.tasks) * len(chosen.heads) * len(chosen.seeds) == 18
+    assert len(cells) == len(chosen.tasks) * len(chosen.heads) * len(chosen.seeds) == 24
     assert chosen.cell_paths()[0] == "mrpc/minilm/linear/frozen/seed=1"  # without runs/
     for cell in cells:
         seed = cell.result["cell"]["seed"]

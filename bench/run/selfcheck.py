@@ -134,12 +134,12 @@ SLICES: dict[str, Slice] = {
     ),
     "gpu-trained": Slice(
         description=(
-            "MRPC and RTE, frozen MiniLM, heads linear, mean_linear and pooler-random, seeds "
-            "1-3: 18 cells that fair_heads_gpu trained on a GPU in lock-step, each trained "
-            "alone here"
+            "MRPC and RTE, frozen MiniLM, heads linear, mean_linear, pooler-random and "
+            "bilstm, seeds 1-3: 24 cells that fair_heads_gpu trained on a GPU in lock-step "
+            "(stacked, and grouped for the BiLSTM), each trained alone here"
         ),
         tasks=("mrpc", "rte"),
-        heads=("linear", "mean_linear", "pooler-random"),
+        heads=("linear", "mean_linear", "pooler-random", "bilstm"),
         seeds=(1, 2, 3),
     ),
 }
