@@ -44,6 +44,7 @@ from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
 from bench.atomic import atomic_write_json, unwritable_reason
+from bench.axes.optional import leaf_dir
 from bench.axes.resolvers import register as register_resolvers
 from bench.cell import RESULT_FILE, cell_path, config_hash
 from bench.clock import utc_now
@@ -104,8 +105,9 @@ class Slice:
         """
         paths = []
         for task, head, seed in itertools.product(self.tasks, self.heads, self.seeds):
-            path = f"{task}/{self.encoder}/{head}/{self.freeze}/seed={seed}"
-            ordered = f"{path}-order={seed}"
+            setting = f"{task}/{self.encoder}/{head}/{self.freeze}"
+            path = f"{setting}/{leaf_dir(seed)}"
+            ordered = f"{setting}/{leaf_dir(seed, order_seed=seed)}"
             if runs is not None and not (runs / path).is_dir() and (runs / ordered).is_dir():
                 path = ordered
             paths.append(path)
