@@ -6,13 +6,16 @@
 #   bash benchmarks/device_run.sh tests [pytest args]  # the tests with GPU paths, on the GPU
 #   bash benchmarks/device_run.sh perf [perf.py args]  # -> $OUT/perf_gpu.json (resumed)
 #   bash benchmarks/device_run.sh bench [overrides] [:: overrides]...  # the experiment's
-#       sweep, part after part until the deadline -> $OUT/fair_heads_gpu.tar.xz (resumed)
+#       sweep, part after part until the deadline -> $OUT/fair_heads_gpu.tar.xz (resumed),
+#       with the compile choice of benchmarks/compile_choice.py from $OUT/perf_gpu.json (this
+#       call's perf step) or .device/resume/perf_gpu.json -> $OUT/compile_choice.json
 #
 # The work of each mode stops HB_DEADLINE_S seconds (default 570) after this script started,
 # less what saving needs, so a call with timeout_s=600 always returns its files; `python
 # benchmarks/device_prepare.py keep <files_at>` then makes them the next call's start.
 # Environment: OUT (the tool's; default .device/out), HB_EXPERIMENT (fair_heads_gpu),
-# HB_DEADLINE_S (570), PYTHON (python3), HB_SITE (/tmp/site: where the wheels go).
+# HB_DEADLINE_S (570), PYTHON (python3), HB_SITE (/tmp/site: where the wheels go),
+# HB_COMPILE_CHOICE (1; 0: bench launches without compile_choice.py's overrides).
 set -uo pipefail
 
 mode=${1:-}
@@ -162,6 +165,22 @@ bench)
     tar -xJf "$dev/resume/$exp.tar.xz" -C "$root" || exit 2
     summarize_runs
   fi
+  # Fine-tuning cells compile their encoder or not as perf.py's finetune part says (the rule
+  # of benchmarks/compile_choice.py): its overrides go to every part. No figures, no launch:
+  # the first fine-tuning cell fixes the choice for all of them (HB_COMPILE_CHOICE=0 skips).
+  choice=()
+  if [ "${HB_COMPILE_CHOICE:-1}" = 1 ]; then
+    figures=$out/perf_gpu.json
+    [ -f "$figures" ] || figures=$dev/resume/perf_gpu.json
+    chosen=$("$py" benchmarks/compile_choice.py "$figures" --record "$out/compile_choice.json")
+    crc=$?
+    if [ "$crc" -ne 0 ]; then
+      echo "[device_run bench] no compile choice from $figures (exit $crc): nothing launched"
+      exit "$crc"
+    fi
+    read -r -a choice <<<"$chosen"
+    echo "[device_run bench] compile choice: ${choice[*]}"
+  fi
   # Parts separated by `::` run in order, each resuming what is done; the next part starts
   # when one ends for any reason but the deadline (a failed cell is recorded, not fatal).
   : >"$out/bench.log"
@@ -174,10 +193,11 @@ bench)
     fi
     [ "${#part[@]}" -eq 0 ] && [ -n "${ran:-}" ] && continue # `a ::` is `a`, not `a :: all`
     ran=1
-    echo "[device_run] python -m bench -m experiment=$exp ${part[*]} (log: \$OUT/bench.log)" |
+    echo "[device_run] python -m bench -m experiment=$exp ${part[*]} ${choice[*]} (log: \$OUT/bench.log)" |
       tee -a "$out/bench.log"
     # 60 s kept for packing the run directories into $OUT.
-    run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" >>"$out/bench.log" 2>&1
+    run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" "${choice[@]}" \
+      >>"$out/bench.log" 2>&1
     part_rc=$?
     echo "[device_run] part exit $part_rc after ${SECONDS}s" | tee -a "$out/bench.log"
     [ "$part_rc" -ne 0 ] && rc=$part_rc # the call's exit: the last part that failed

@@ -444,9 +444,16 @@ def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
 
 
 # Stands in for the device's python (whose wheels are cp312 and cannot install here): pip
-# succeeds, `-m bench` records its arguments and behaves as the part's first override says.
+# succeeds, `-m bench` records its arguments and behaves as the part's first override says,
+# and compile_choice.py (tested on its own in test_compile_choice.py) prints $CHOICE, or
+# finds no figures (exit 3) when it is unset.
 _DEVICE_PYTHON = """#!/usr/bin/env bash
 if [ "$1 $2" = "-m pip" ]; then exit 0; fi
+if [ "$1" = "benchmarks/compile_choice.py" ]; then
+  [ -n "${CHOICE:-}" ] || exit 3
+  echo "$CHOICE"
+  exit 0
+fi
 if [ "$1 $2" = "-m bench" ]; then
   echo "$*" >>"$CALLS"
   case "$5" in fail=*) exit 1 ;; slow=*) sleep 7 ;; esac
@@ -456,7 +463,8 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
-def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: Path) -> None:
+def _device_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy with device_run.sh and an empty .device, and the environment of a bench call."""
     root = tmp_path / "copy"
     write(root / "benchmarks/device_run.sh", text=(ROOT / "benchmarks/device_run.sh").read_text())
     (root / ".device" / "whl").mkdir(parents=True)
@@ -467,19 +475,27 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     python = tmp_path / "python"
     write(python, text=_DEVICE_PYTHON)
     python.chmod(0o755)
-    calls = tmp_path / "calls"
     env = {
         **os.environ,
         "PYTHON": str(python),
         "REAL_PYTHON": sys.executable,
-        "CALLS": str(calls),
+        "CALLS": str(tmp_path / "calls"),
         "OUT": str(tmp_path / "out"),
         "HEADBENCH_DATA": str(tmp_path / "data"),
         "HB_SITE": str(tmp_path / "site"),
+    }
+    return root, env
+
+
+def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: Path) -> None:
+    root, env = _device_copy(tmp_path)
+    calls = tmp_path / "calls"
+    env.update(
+        CHOICE="fast_path.full.compile=default fast_path.full.pad_to_multiple_of=null",
         # run_for starts a part only with 30 s left after the 60 s packing reserve and the
         # 20 s kill grace: 115 s gives the first parts 35 s, and none after the 7 s part.
-        "HB_DEADLINE_S": "115",
-    }
+        HB_DEADLINE_S="115",
+    )
     parts = ["a=1", "b=2", "::", "fail=1", "::", "slow=1", "::", "never=1", "::"]
     done = subprocess.run(
         ["bash", str(root / "benchmarks/device_run.sh"), "bench", *parts],
@@ -488,14 +504,41 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
         env=env,
     )
     bench = "-m bench -m experiment=fair_heads_gpu"
-    # the failed part did not stop the next; the deadline stopped the one after the slow part
+    chosen = "fast_path.full.compile=default fast_path.full.pad_to_multiple_of=null"
+    # the failed part did not stop the next; the deadline stopped the one after the slow part;
+    # every part got the compile choice
     assert calls.read_text().splitlines() == [
-        f"{bench} a=1 b=2",
-        f"{bench} fail=1",
-        f"{bench} slow=1",
+        f"{bench} a=1 b=2 {chosen}",
+        f"{bench} fail=1 {chosen}",
+        f"{bench} slow=1 {chosen}",
     ]
     assert done.returncode == 124, done.stdout + done.stderr
     assert "not started" in (tmp_path / "out" / "bench.log").read_text()
+
+
+def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Path) -> None:
+    """No finetune figures yet: the first fine-tuning cell would fix eager for all of them."""
+    root, env = _device_copy(tmp_path)
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no compile choice" in done.stdout and "nothing launched" in done.stdout
+    assert not (tmp_path / "calls").exists()
+    # HB_COMPILE_CHOICE=0 launches as given
+    env["HB_COMPILE_CHOICE"] = "0"
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["-m bench -m experiment=fair_heads_gpu freeze=full"]
 
 
 def _plan_default(name: str) -> list[str]:
@@ -513,7 +556,7 @@ def test_the_plans_perf_arguments_are_ones_perf_py_accepts() -> None:
     args = perf._parser().parse_args(_plan_default("PERF_ARGS"))
     parts = args.parts.split(",")
     assert set(parts) <= set(perf.PARTS)
-    assert parts[:2] == ["steps", "finetune"]  # what decides how fine-tuning runs comes first
+    assert parts[0] == "finetune"  # what decides how fine-tuning runs (compile_choice.py) first
     assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.steps_sides)
     assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.ft_frameworks)
     with pytest.raises(SystemExit):  # the parser does refuse an unknown side
