@@ -20,7 +20,8 @@
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
-# Environment: PLAN_STEPS (default "check tests perf bench"), PERF_ARGS, BENCH_ARGS.
+# Environment: PLAN_STEPS (default "tests perf bench"), PERF_ARGS, BENCH_ARGS, PERF_BOX (the perf
+# step's time box, default 300 s).
 set -u
 total=${1:-500}
 out=${OUT:-.device/out}
@@ -60,7 +61,7 @@ for s in $steps; do
       tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone
     ;;
   # shellcheck disable=SC2086  # the argument lists split on purpose
-  perf) step 300 perf $perf_args ;;
+  perf) step "${PERF_BOX:-300}" perf $perf_args ;;
   # shellcheck disable=SC2086
   bench) step 100000 bench $bench_args ;;
   *) echo "[plan] unknown step $s (valid: check tests perf bench)" | tee -a "$out/plan.log" ;;
