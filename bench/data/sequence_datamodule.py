@@ -34,6 +34,7 @@ from bench.data.selection import (
 )
 from bench.data.tasks import GLUE_HUB_ID, SplitSource, TaskSpec
 from bench.data.token_cache import cached_encode, columns_digest, tokenizer_digest
+from bench.data.worker_start import worker_context
 from bench.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -459,12 +460,17 @@ class SplitLoaders(L.LightningDataModule):
         """How a split's items become batches: its own collate, or this module's.
 
         A resident split (:mod:`bench.cache.resident`) gathers its batches on its device,
-        in this process (no worker processes).
+        in this process (no worker processes). Worker processes start as
+        :func:`~bench.data.worker_start.worker_context` says (inside a joblib worker too).
         """
         own = getattr(dataset, "collate", None)
         if own is not None:
             return {"collate_fn": own, "num_workers": 0}
-        return {"collate_fn": self._batch, "num_workers": self.num_workers}
+        return {
+            "collate_fn": self._batch,
+            "num_workers": self.num_workers,
+            "multiprocessing_context": worker_context(self.num_workers),
+        }
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per split evaluated every epoch (:attr:`eval_names`)."""
