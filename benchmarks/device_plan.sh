@@ -56,7 +56,7 @@ for s in $steps; do
   # shellcheck disable=SC2086
   check) step 75 check $check_args ;;
   tests)
-    step 45 tests \
+    step 100 tests \
       tests/test_step_anatomy.py::test_on_a_gpu_headbench_steps_read_nothing_back \
       tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone
     ;;

@@ -13,8 +13,9 @@ folder, ``.device/`` (carry it), and keeps the tree that travels small:
   load as float32, and every ``result.json`` names the folder (``encoder_info.path``);
 - ``data.tar.xz``: the task files the runs read (SST-2 for ``benchmarks/perf.py``, the tasks
   of ``conf/experiment/fair_heads_gpu.yaml``), from the folder headbench's data rule finds;
-- ``resume/``: the run directories of the experiment (``<exp>.tar.xz``) and
-  ``perf_gpu.json``, so each call resumes where the last one stopped;
+- ``resume/``: the run directories of the experiment (``<exp>.tar.xz``) and the GPU
+  figures (``perf_gpu_<model>.json``, one per GPU model: ``benchmarks/perf_files.py``), so
+  each call resumes where the last one stopped on that model;
 - ``git.json``: the commit the copy was made from (a copy without ``.git`` records it in
   every ``result.json`` through ``HEADBENCH_GIT_COMMIT``).
 
@@ -53,12 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf_files import perf_file_name
+
 #: What the device tool lets travel: the working tree and the carried paths together.
 LIMIT_MIB = 64.0
 MIB = 2**20
 DEVICE_DIR = ".device"
 EXPERIMENT = "fair_heads_gpu"
-PERF_FILE = "perf_gpu.json"
+PERF_FILE = "perf_gpu.json"  # what a call returns; kept as results/perf_gpu_<model>.json
+PERF_GLOB = "perf_gpu_*.json"
 #: Task of ``benchmarks/perf.py`` (its default ``--task``).
 PERF_TASKS = ("sst2",)
 #: The sparse checkout that leaves the committed outputs behind (non-cone patterns).
@@ -907,10 +911,10 @@ def prepare(args: argparse.Namespace, root: Path) -> None:
         print(f"  packed results/{args.experiment}/runs: {archive.stat().st_size / MIB:.2f} MiB")
     else:
         print(f"  no results/{args.experiment}/runs: the first call starts the sweep")
-    perf = root / "results" / PERF_FILE
-    if perf.is_file() and not (resume / PERF_FILE).is_file():
-        write_atomic(resume / PERF_FILE, perf.read_bytes())
-        print(f"  copied results/{PERF_FILE}")
+    for perf in sorted((root / "results").glob(PERF_GLOB)):  # one file per GPU model
+        if not (resume / perf.name).is_file():
+            write_atomic(resume / perf.name, perf.read_bytes())
+            print(f"  copied results/{perf.name}")
     print("[5/6] the commit the copy is made from, and the versions used here")
     commit = record_commit(root)
     write_atomic(dev / "git.json", json.dumps(commit).encode())
@@ -945,10 +949,15 @@ def keep(args: argparse.Namespace, root: Path) -> None:
         taken += 1
     perf = src / PERF_FILE
     if perf.is_file():
-        if not isinstance(_read_json(perf), dict):
+        state = _read_json(perf)
+        if not isinstance(state, dict):
             raise PrepareError(f"{perf} is not a JSON object")
-        write_atomic(resume / PERF_FILE, perf.read_bytes())
-        print(f"kept {PERF_FILE}")
+        device = (state.get("machine") or {}).get("device") or {}
+        if device.get("kind") != "cuda":
+            raise PrepareError(f"{perf} records no GPU (machine.device: {device})")
+        name = perf_file_name(device)  # the GPU model's own file: devices are never mixed
+        write_atomic(resume / name, perf.read_bytes())
+        print(f"kept {PERF_FILE} as {name} ({device.get('name')})")
         taken += 1
     if not taken:
         raise PrepareError(f"{src} holds neither {archive.name} nor {PERF_FILE}")
@@ -971,10 +980,9 @@ def restore(args: argparse.Namespace, root: Path) -> None:
                 tar.extractall(root)  # the members were checked above
         print(f"unpacked {n} results into results/{args.experiment}/runs")
         archive.unlink()
-    perf = resume / PERF_FILE
-    if perf.is_file():
-        write_atomic(root / "results" / PERF_FILE, perf.read_bytes())
-        print(f"wrote results/{PERF_FILE}")
+    for perf in sorted(resume.glob(PERF_GLOB)):
+        write_atomic(root / "results" / perf.name, perf.read_bytes())
+        print(f"wrote results/{perf.name}")
         perf.unlink()
     print("next: collect, report and commit (docs/gpu.md, 'Bringing the results home')")
 

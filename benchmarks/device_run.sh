@@ -4,18 +4,20 @@
 #
 #   bash benchmarks/device_run.sh check                # GPU, versions, encoder, data, the plan
 #   bash benchmarks/device_run.sh tests [pytest args]  # the tests with GPU paths, on the GPU
-#   bash benchmarks/device_run.sh perf [perf.py args]  # -> $OUT/perf_gpu.json (resumed)
+#   bash benchmarks/device_run.sh perf [perf.py args]  # -> $OUT/perf_gpu.json (resumed from
+#       .device/resume/perf_gpu_<model>.json of this GPU's model)
 #   bash benchmarks/device_run.sh bench [overrides] [:: overrides]...  # the experiment's
 #       sweep, part after part until the deadline -> $OUT/fair_heads_gpu.tar.xz (resumed),
-#       with the compile choice of benchmarks/compile_choice.py from $OUT/perf_gpu.json (this
-#       call's perf step) or .device/resume/perf_gpu.json -> $OUT/compile_choice.json
+#       with HB_COMPILE_CHOICE=1 the compile choice of benchmarks/compile_choice.py from
+#       $OUT/perf_gpu.json (this call's perf step) or the carried figures of this GPU model
+#       -> $OUT/compile_choice.json
 #
 # The work of each mode stops HB_DEADLINE_S seconds (default 570) after this script started,
 # less what saving needs, so a call with timeout_s=600 always returns its files; `python
 # benchmarks/device_prepare.py keep <files_at>` then makes them the next call's start.
 # Environment: OUT (the tool's; default .device/out), HB_EXPERIMENT (fair_heads_gpu),
 # HB_DEADLINE_S (570), PYTHON (python3), HB_SITE (/tmp/site: where the wheels go),
-# HB_COMPILE_CHOICE (1; 0: bench launches without compile_choice.py's overrides).
+# HB_COMPILE_CHOICE (0; 1: bench launches with compile_choice.py's overrides).
 set -uo pipefail
 
 mode=${1:-}
@@ -143,7 +145,13 @@ tests)
   rc=${PIPESTATUS[0]}
   ;;
 perf)
-  [ -f "$dev/resume/perf_gpu.json" ] && cp "$dev/resume/perf_gpu.json" "$out/perf_gpu.json"
+  # resumed from the carried figures of this GPU's model (benchmarks/perf_files.py): an
+  # H200's file is never resumed on an H100
+  model_file=$("$py" benchmarks/perf_files.py) || exit 2
+  if [ -f "$dev/resume/$model_file" ]; then
+    cp "$dev/resume/$model_file" "$out/perf_gpu.json"
+    echo "[device_run perf] resuming .device/resume/$model_file"
+  fi
   run_for 0 "$py" benchmarks/perf.py --out "$out/perf_gpu.json" "$@" 2>&1 | tee "$out/perf.log"
   rc=${PIPESTATUS[0]}
   if [ -f "$out/perf_gpu.json" ]; then
@@ -165,13 +173,15 @@ bench)
     tar -xJf "$dev/resume/$exp.tar.xz" -C "$root" || exit 2
     summarize_runs
   fi
-  # Fine-tuning cells compile their encoder or not as perf.py's finetune part says (the rule
-  # of benchmarks/compile_choice.py): its overrides go to every part. No figures, no launch:
-  # the first fine-tuning cell fixes the choice for all of them (HB_COMPILE_CHOICE=0 skips).
+  # HB_COMPILE_CHOICE=1: fine-tuning cells compile their encoder or not as perf.py's finetune
+  # part says (the rule of benchmarks/compile_choice.py), its overrides going to every part;
+  # no figures, no launch. Off by default: the preset pins the choice the first H100 lease
+  # made (results/device_logs/2026-11-26-h100/compile_choice.json), so that no later
+  # figures of another GPU can mix two choices in one experiment.
   choice=()
-  if [ "${HB_COMPILE_CHOICE:-1}" = 1 ]; then
+  if [ "${HB_COMPILE_CHOICE:-0}" = 1 ]; then
     figures=$out/perf_gpu.json
-    [ -f "$figures" ] || figures=$dev/resume/perf_gpu.json
+    [ -f "$figures" ] || figures=$dev/resume/$("$py" benchmarks/perf_files.py)
     chosen=$("$py" benchmarks/compile_choice.py "$figures" --record "$out/compile_choice.json")
     crc=$?
     if [ "$crc" -ne 0 ]; then

@@ -1,7 +1,8 @@
 """Performance benchmark: ``python benchmarks/perf.py`` prints tables, writes results/perf_cpu.json.
 
-On a GPU it writes ``results/perf_gpu.json`` instead: both sides of every comparison run on
-the same device, and a file measured on one device is never resumed on another.
+On a GPU it writes ``results/perf_gpu_<model>.json`` instead (``benchmarks/perf_files.py``):
+both sides of every comparison run on the same device, and a file measured on one device is
+never resumed on another.
 
 Everything is measured side by side in one run on this machine (nothing is extrapolated):
 
@@ -71,6 +72,7 @@ from bench.paths import config_dir
 from bench.run.gpu_sampler import GpuSampler
 from bench.run.provenance import git_commit, hardware
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
+from benchmarks.perf_files import perf_file_name
 from benchmarks.step_anatomy import GRAPHS_OVERRIDES, STEP_SIDES, run_steps, steps_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1389,7 +1391,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="output file (default: results/perf_gpu.json on a GPU, results/perf_cpu.json)",
+        help="output file (default: results/perf_gpu_<model>.json on a GPU, results/perf_cpu.json)",
     )
     p.add_argument(
         "--parts",
@@ -1504,7 +1506,7 @@ def check_same_device(state: dict[str, Any], device: dict[str, Any], out: Path) 
         raise SystemExit(
             f"{out} was measured on {before.get('name') or before.get('kind')}, this run is on "
             f"{device.get('name') or device.get('kind')}: figures from two devices are never "
-            "mixed; pass another --out (e.g. results/perf_gpu.json)"
+            f"mixed; pass another --out (e.g. results/{perf_file_name(device)})"
         )
 
 
@@ -1513,8 +1515,8 @@ PARTS = ("grid", "finetune", "flops", "lockstep", "packed", "steps", "table")
 
 
 def default_out(device: dict[str, Any]) -> Path:
-    """``results/perf_gpu.json`` for a CUDA device, else ``results/perf_cpu.json``."""
-    return ROOT / "results" / ("perf_gpu.json" if device.get("kind") == "cuda" else "perf_cpu.json")
+    """``results/perf_gpu_<model>.json`` for a CUDA device, else ``results/perf_cpu.json``."""
+    return ROOT / "results" / perf_file_name(device)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -382,6 +382,28 @@ def test_prepare_keep_and_restore_carry_a_sweep_across_calls(
     ]
 
 
+def test_gpu_figures_are_kept_and_restored_per_gpu_model(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A call returns perf_gpu.json; it is kept, and restored, as its GPU model's own file."""
+    args = ["--root", str(repo), "--experiment", "exp"]
+    returned = tmp_path / "files_at"
+    returned.mkdir()
+    h100 = {"machine": {"device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}}, "x": 1}
+    write(returned / "perf_gpu.json", text=json.dumps(h100))
+    dp.main([*args, "keep", str(returned)])
+    resume = repo / ".device" / "resume"
+    assert json.loads((resume / "perf_gpu_h100.json").read_text()) == h100
+    assert "as perf_gpu_h100.json" in capsys.readouterr().out
+    write(returned / "perf_gpu.json", text=json.dumps({"machine": {"device": {"kind": "cpu"}}}))
+    with pytest.raises(SystemExit) as stop:
+        dp.main([*args, "keep", str(returned)])
+    assert stop.value.code == 2 and "records no GPU" in capsys.readouterr().err
+    dp.main([*args, "restore"])
+    assert json.loads((repo / "results" / "perf_gpu_h100.json").read_text()) == h100
+    assert not list(resume.glob("perf_gpu*"))
+
+
 def test_keep_refuses_an_archive_with_paths_outside_the_runs(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -491,6 +513,7 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     root, env = _device_copy(tmp_path)
     calls = tmp_path / "calls"
     env.update(
+        HB_COMPILE_CHOICE="1",
         CHOICE="fast_path.full.compile=default fast_path.full.pad_to_multiple_of=null",
         # run_for starts a part only with 30 s left after the 60 s packing reserve and the
         # 20 s kill grace: 115 s gives the first parts 35 s, and none after the 7 s part.
@@ -519,6 +542,7 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
 def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Path) -> None:
     """No finetune figures yet: the first fine-tuning cell would fix eager for all of them."""
     root, env = _device_copy(tmp_path)
+    env["HB_COMPILE_CHOICE"] = "1"
     done = subprocess.run(
         ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
         capture_output=True,
@@ -528,8 +552,8 @@ def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Pa
     assert done.returncode == 3, done.stdout + done.stderr
     assert "no compile choice" in done.stdout and "nothing launched" in done.stdout
     assert not (tmp_path / "calls").exists()
-    # HB_COMPILE_CHOICE=0 launches as given
-    env["HB_COMPILE_CHOICE"] = "0"
+    # HB_COMPILE_CHOICE=0 (the default: the preset pins the choice) launches as given
+    del env["HB_COMPILE_CHOICE"]
     done = subprocess.run(
         ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
         capture_output=True,

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from benchmarks import perf
+from benchmarks.perf_files import perf_file_name
 
 
 def _cell(head: str, seed: int, wall: float, build: float = 0.0, acc: float = 0.7) -> dict:
@@ -427,7 +428,14 @@ def test_pack_count_on_a_cpu_uses_the_memory_estimate_and_the_cores():
 
 def test_the_output_file_names_the_device_and_a_reprint_writes_nothing(tmp_path, capsys):
     assert perf._parser().parse_args([]).out is None  # main() names it from the device
-    assert perf.default_out({"kind": "cuda", "name": "H100"}).name == "perf_gpu.json"
+    assert perf.default_out({"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}).name == (
+        "perf_gpu_h100.json"
+    )
+    assert perf_file_name({"kind": "cuda", "name": "NVIDIA H200"}) == "perf_gpu_h200.json"
+    assert perf_file_name({"kind": "cuda", "name": "NVIDIA L40S"}) == "perf_gpu_l40s.json"
+    assert perf_file_name({"kind": "cuda", "name": "NVIDIA GeForce RTX 4090"}) == (
+        "perf_gpu_nvidia_geforce_rtx_4090.json"
+    )
     assert perf.default_out({"kind": "cpu"}).name == "perf_cpu.json"
     assert perf._parser().parse_args([]).parts.split(",") == [p for p in perf.PARTS if p != "table"]
     out = tmp_path / "perf.json"
@@ -455,17 +463,25 @@ def test_quieting_a_benchmark_keeps_headbench_warnings():
 
 
 def test_the_gpu_tables_in_docs_are_what_the_committed_gpu_measurements_print():
-    """docs/performance.md quotes `--parts table` on results/perf_gpu.json, unedited."""
+    """docs/performance.md quotes `--parts table` on each results/perf_gpu_<model>.json."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    state = json.loads((root / "results" / "perf_gpu.json").read_text())
-    assert state["machine"]["device"]["kind"] == "cuda"  # CPU figures live in perf_cpu.json
-    assert "flops" not in state or state["flops"].get("device") == "cuda"  # peak on the GPU
     doc = (root / "docs" / "performance.md").read_text()
-    block = re.search(
-        r"<!-- perf-gpu-tables:start[^\n]*-->\n(.*?)\n<!-- perf-gpu-tables:end -->", doc, re.S
-    )
-    assert block is not None
-    assert block.group(1).strip() == perf.table(state).strip()
+    files = sorted((root / "results").glob("perf_gpu_*.json"))
+    assert [f.name for f in files] == ["perf_gpu_h100.json", "perf_gpu_h200.json"]
+    for path in files:
+        state = json.loads(path.read_text())
+        device = state["machine"]["device"]
+        assert device["kind"] == "cuda"  # CPU figures live in perf_cpu.json
+        assert perf_file_name(device) == path.name  # one GPU model per file
+        assert "flops" not in state or state["flops"].get("device") == "cuda"  # peak on the GPU
+        block = re.search(
+            rf"<!-- perf-gpu-tables:start results/{re.escape(path.name)} [^\n]*-->\n(.*?)\n"
+            r"<!-- perf-gpu-tables:end -->",
+            doc,
+            re.S,
+        )
+        assert block is not None, path.name
+        assert block.group(1).strip() == perf.table(state).strip(), path.name
