@@ -128,12 +128,15 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
 
     Returns:
         ``ops``, ``view_ops``, ``op_ms``, ``kernels``, ``kernel_ms``, ``launches``, ``syncs``,
-        ``memcpy`` (each per step), ``top``: ``[name, calls per step, ms per step]``, and
-        ``calls``: every operator's calls per step.
+        ``memcpy`` (each per step), ``top``: ``[name, calls per step, ms per step]``,
+        ``calls``: every operator's calls per step, ``runtime_calls``: every CUDA runtime
+        call's, and ``sync_sources``: per ``"<runtime call> in <host event>"``, the syncs
+        per step (which operator made the host wait, e.g. a non-pinned batch copy).
     """
     ops: Counter[str] = Counter()
     op_us: dict[str, float] = {}
     runtime: Counter[str] = Counter()
+    sources: Counter[str] = Counter()
     kernels, kernel_us = 0, 0.0
     for e in events:
         if e.on_device:
@@ -144,6 +147,8 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
             op_us[e.name] = op_us.get(e.name, 0.0) + e.cpu_us
         elif e.name.startswith(("cuda", "cu")):
             runtime[e.name] += 1
+            if e.name in SYNCS:
+                sources[f"{e.name} in {e.parent or '(top level)'}"] += 1
     per = 1.0 / steps
     return {
         "ops": sum(ops.values()) * per,
@@ -159,6 +164,8 @@ def summarise(events: Iterable[Event], steps: int, top: int = 12) -> dict[str, A
             for name in sorted(op_us, key=op_us.__getitem__, reverse=True)[:top]
         ],
         "calls": {name: n * per for name, n in sorted(ops.items())},
+        "runtime_calls": {name: n * per for name, n in sorted(runtime.items())},
+        "sync_sources": {name: n * per for name, n in sources.most_common()},
     }
 
 
@@ -414,4 +421,13 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
                 f"| {s['syncs']:.1f} | {s['memcpy']:.1f} |"
             )
         lines.append(row)
+    waits = [
+        f"- {side}: "
+        + ", ".join(f"{n:.1f} {where}" for where, n in r["summary"]["sync_sources"].items())
+        for side, r in sides.items()
+        if (r.get("summary") or {}).get("sync_sources")
+    ]
+    if waits:
+        lines += ["", "Where the host waited for the GPU (syncs a step, by call and caller):", ""]
+        lines += waits
     return lines

@@ -79,6 +79,12 @@ def test_summarise_classifies_device_runtime_and_nested_events():
     assert s["op_ms"] == pytest.approx(0.031)
     assert (s["kernels"], s["kernel_ms"]) == (1, pytest.approx(0.012))
     assert (s["launches"], s["syncs"], s["memcpy"]) == (1, 1, 1)
+    assert s["sync_sources"] == {"cudaStreamSynchronize in aten::item": 1}
+    assert s["runtime_calls"] == {
+        "cudaLaunchKernel": 1,
+        "cudaMemcpyAsync": 1,
+        "cudaStreamSynchronize": 1,
+    }
 
 
 def _tiny_cell(compose_cfg, data_dir: Path, tmp_path: Path, *overrides: str):
@@ -210,3 +216,7 @@ def test_the_table_shows_gpu_columns_and_why_a_side_has_no_window():
     assert row in text
     assert "| headbench_compile | BackendCompilerFailed: no / compiler |" in text
     assert "| hf_trainer | training ended before the window closed |" in text
+    assert "Where the host waited" not in text  # no sync in the window: no list
+    gpu.update(sync_sources={"cudaStreamSynchronize in aten::is_nonzero": 1.0})
+    text = "\n".join(steps_table(part, machine))
+    assert "- headbench: 1.0 cudaStreamSynchronize in aten::is_nonzero" in text
