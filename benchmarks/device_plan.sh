@@ -8,25 +8,26 @@
 #    that MiniLM loads as float32): GPU, package versions there vs here, the plan (dry run);
 # 2. tests: the GPU-only tests not yet run on a GPU (a fine-tuning step reads nothing back
 #    from the GPU) and lock-step against each cell alone on CUDA;
-# 3. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) into
-#    $OUT/perf_gpu.json, resumed from the carried one, the part that decides how fine-tuning
-#    runs first: fine-tuning end to end (eager, CUDA graphs and compiled headbench, then the
-#    Trainer), then the anatomy of a step (operators, kernels, GPU busy time and syncs per
-#    step, bf16 too), lock-step (the stacked step), FLOP/s, packing, grid;
-# 4. bench: the rest of the time on fair_heads_gpu, part after part (BENCH_ARGS, parts
-#    separated by `::`), resumed from the carried run directories: fine-tuning (every frozen
-#    cell is done), packed 4 to the GPU, on the small tasks, then on SST-2, compiled or not
-#    as benchmarks/compile_choice.py reads the finetune part (no figures: not launched).
+# 3. bench: fair_heads_gpu, part after part (BENCH_ARGS, parts separated by `::`), resumed
+#    from the carried run directories: fine-tuning (every frozen cell is done), packed 4 to
+#    the GPU, on the small tasks, then on SST-2, as CUDA graphs (the preset pins the choice
+#    benchmarks/compile_choice.py made from the H100's finetune figures); BENCH_BOX seconds;
+# 4. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) with the rest
+#    of the time, into $OUT/perf_gpu.json, resumed from the carried figures of the machine's
+#    GPU model (benchmarks/perf_files.py): fine-tuning end to end (eager, CUDA graphs and
+#    compiled headbench, then the Trainer), the anatomy of a step (operators, kernels, GPU
+#    busy time and where the host waits, bf16 too), lock-step (the stacked step), FLOP/s,
+#    packing, grid.
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
-# Environment: PLAN_STEPS (default "tests perf bench"), PERF_ARGS, BENCH_ARGS, PERF_BOX (the perf
-# step's time box, default 300 s).
+# Environment: PLAN_STEPS (default "tests bench perf"), PERF_ARGS, BENCH_ARGS, BENCH_BOX (the
+# bench step's time box, default 360 s), PERF_BOX (the perf step's, default 300 s).
 set -u
 total=${1:-500}
 out=${OUT:-.device/out}
 mkdir -p "$out"
-steps=${PLAN_STEPS:-tests perf bench}
+steps=${PLAN_STEPS:-tests bench perf}
 perf_args=${PERF_ARGS:---parts finetune,steps,lockstep,flops,packed,grid \
 --steps-sides headbench,headbench_graphs,headbench_compile,hf_trainer,headbench_bf16 \
 --ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
@@ -63,7 +64,7 @@ for s in $steps; do
   # shellcheck disable=SC2086  # the argument lists split on purpose
   perf) step "${PERF_BOX:-300}" perf $perf_args ;;
   # shellcheck disable=SC2086
-  bench) step 100000 bench $bench_args ;;
+  bench) step "${BENCH_BOX:-360}" bench $bench_args ;;
   *) echo "[plan] unknown step $s (valid: check tests perf bench)" | tee -a "$out/plan.log" ;;
   esac
 done
