@@ -1,4 +1,5 @@
-"""collect never loses results: bad paths, malformed or foreign result files, half-written outputs.
+"""collect never loses results: bad paths, malformed or foreign result files, half-written outputs,
+another sweep's cells in the results directory.
 
 Real result files (the report tests' synthetic sweep, written as train.run writes them), the
 real command line, real output directories; each test compares the outputs byte for byte.
@@ -8,18 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from test_report import write_synthetic_sweep
 
 from bench.cell import RESULT_SCHEMA, SUPERSEDED_DIR
-from bench.errors import HeadbenchError
+from bench.errors import CollectError, HeadbenchError
 from bench.report.inputs import load_inputs
 from bench.results.collect import collect, find_result_files, read_results, read_table
+from bench.run.callbacks import CollectResults
 from conftest import ROOT
 
 OUTPUTS = ("results.csv", "results.parquet", "history.csv", "cells.json", "launches.jsonl")
@@ -283,3 +288,165 @@ def test_records_with_a_byte_order_mark_are_read_like_without(collected):
     after = load_inputs(out)
     assert after.cells == before.cells and len(after.cells) > 0
     assert after.launch == before.launch and after.launch
+
+
+# --- case 9: a results directory holding other cells is never replaced by another sweep's ---
+
+
+def _other_sweep(root: Path) -> list[dict]:
+    """A second sweep of real result files, of other cells (seeds 11, 12, 13) than the first."""
+    results = write_synthetic_sweep(root)
+    for path in root.rglob("result.json"):
+        result = json.loads(path.read_text())
+        result["cell"]["seed"] += 10
+        path.write_text(json.dumps(result))
+    return results
+
+
+def _run_dirs(out: Path) -> set[Path]:
+    return {(ROOT / c["run_dir"]).resolve() for c in json.loads((out / "cells.json").read_text())}
+
+
+def test_collecting_another_root_into_a_results_dir_holding_cells_is_refused(collected, tmp_path):
+    """The bug: a one-cell sweep's end replaced a committed 250-cell table, silently."""
+    runs, out, results = collected
+    other = tmp_path / "other_sweep"
+    _other_sweep(other)
+    before = _snapshot(out)
+    proc = _cli(other, "-o", out)
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr)
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]  # one error line
+    assert "Traceback" not in proc.stderr
+    assert line.startswith(f"error: {out} holds {len(results)} cells that this collect would drop")
+    assert f"{len(results)} collected from run directories outside {other} (e.g. " in line
+    example = Path(re.search(r"\(e\.g\. (\S+)\)", line).group(1))
+    assert example in {p.parent for p in find_result_files([runs])}
+    command = f"python -m bench.results.collect {runs} {other} -o {out}"
+    assert f"collect all roots together ({command})" in line
+    assert "results_dir=... for a sweep" in line and "--replace" in line
+    assert line.endswith(f"nothing written to {out}")
+    assert _snapshot(out) == before  # every output keeps its bytes
+    # the function the sweep-end callback calls refuses the same way
+    with pytest.raises(CollectError, match=rf"outside {other} .*nothing written to {out}$"):
+        collect([other], out)
+    assert _snapshot(out) == before
+
+
+def test_collecting_both_roots_together_keeps_every_cell(collected, tmp_path):
+    runs, out, results = collected
+    other = tmp_path / "other_sweep"
+    more = _other_sweep(other)
+    proc = _cli(runs, other, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = _run_dirs(out)
+    assert len(cells) == len(results) + len(more)
+    assert cells == {p.parent for p in find_result_files([runs, other])}
+    # and again (a sweep of either root resuming): the same two roots, the same cells
+    assert _cli(other, runs, "-o", out).returncode == 0
+    assert _run_dirs(out) == cells
+
+
+def test_recollecting_the_same_root_succeeds_with_or_without_new_cells(collected):
+    """The resume workflow: a sweep's end collects its runs directory into its results."""
+    runs, out, results = collected
+    proc = _cli(runs, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(_run_dirs(out)) == len(results)
+    source = sorted(find_result_files([runs]))[0]
+    added = json.loads(source.read_text())
+    added["cell"]["seed"] = 7
+    new_dir = runs / "sst2" / "cell_new" / "seed=7"
+    new_dir.mkdir(parents=True)
+    (new_dir / "result.json").write_text(json.dumps(added))
+    proc = _cli(runs, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _run_dirs(out) == {p.parent for p in find_result_files([runs])}
+    assert new_dir in _run_dirs(out) and len(_run_dirs(out)) == len(results) + 1
+    # a single cell of the root is refused (it would drop the others), the root is not
+    proc = _cli(new_dir, "-o", out)
+    assert proc.returncode == 2 and f"{len(results)} collected from run" in proc.stderr
+
+
+def test_recollecting_from_another_working_directory_finds_the_recorded_cells(
+    tmp_path, monkeypatch
+):
+    """Run directories are recorded relative to the working directory of the collect (the
+    checkout); a collect started elsewhere finds them relative to the results directory's
+    parents."""
+    checkout = tmp_path / "checkout"
+    write_synthetic_sweep(checkout / "results" / "exp" / "runs")
+    monkeypatch.chdir(checkout)  # like a committed experiment: results/exp/runs
+    collect([Path("results/exp/runs")], Path("results/exp"))
+    recorded = {c["run_dir"] for c in json.loads(Path("results/exp/cells.json").read_text())}
+    assert all(d.startswith("results/exp/runs/") for d in recorded)
+    monkeypatch.chdir(checkout / "results")
+    collect([Path("exp/runs")], Path("exp"))
+    recorded = {c["run_dir"] for c in json.loads(Path("exp/cells.json").read_text())}
+    assert all(d.startswith("exp/runs/") for d in recorded)
+
+
+def test_replace_writes_the_collected_roots_alone(collected, tmp_path):
+    _, out, results = collected
+    other = tmp_path / "other_sweep"
+    _other_sweep(other)
+    proc = _cli(other, "-o", out, "--replace")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _run_dirs(out) == {p.parent for p in find_result_files([other])}
+    assert len(_run_dirs(out)) == len(results)
+    table = collect([tmp_path / "runs"], out, replace=True)  # and back, in-process
+    assert _run_dirs(out) == {p.parent for p in find_result_files([tmp_path / "runs"])}
+    assert set(table["seed"].dropna()) == {1, 2, 3}
+
+
+def test_a_run_directory_gone_is_refused_unless_its_cell_is_collected_again(collected, tmp_path):
+    runs, out, results = collected
+    moved = tmp_path / "moved_runs"
+    runs.rename(moved)  # every recorded run directory is gone, every cell is under moved/
+    proc = _cli(moved, "-o", out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _run_dirs(out) == {p.parent for p in find_result_files([moved])}
+    before = _snapshot(out)
+    gone = sorted(find_result_files([moved]))[0].parent
+    shutil.rmtree(gone)  # a finished cell's run directory deleted: the tables are its record
+    proc = _cli(moved, "-o", out)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert (
+        f"{out} holds 1 cells that this collect would drop from its tables: 1 whose run "
+        f"directories no longer exist and that are not collected again (e.g. "
+        f"{os.path.relpath(gone, ROOT)}); to keep them, restore their run directories, or "
+    ) in proc.stderr
+    assert _snapshot(out) == before
+    proc = _cli(moved, "-o", out, "--replace")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(_run_dirs(out)) == len(results) - 1
+
+
+@pytest.mark.parametrize("content", [b'[{"run_dir": "x", "cell"', b"{}", b"\xff\xfe"])
+def test_an_unreadable_cells_json_is_refused_not_overwritten(collected, content):
+    runs, out, _ = collected
+    (out / "cells.json").write_bytes(content)
+    before = _snapshot(out)
+    with pytest.raises(CollectError, match=r"cells\.json (cannot be read|is not a list)"):
+        collect([runs], out)
+    assert _snapshot(out) == before
+    collect([runs], out, replace=True)
+    assert json.loads((out / "cells.json").read_text())
+
+
+def test_the_sweep_end_callback_exits_with_the_refusal(collected, tmp_path):
+    """``CollectResults.on_multirun_end`` collects ``[hydra.sweep.dir]`` into ``results_dir``."""
+    _, out, results = collected
+    other = tmp_path / "other_sweep"
+    _other_sweep(other)
+    before = _snapshot(out)
+    config = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": str(other)}}, "results_dir": str(out), "report_file": None}
+    )
+    with pytest.raises(SystemExit) as exit_:
+        CollectResults().on_multirun_end(config)
+    message = str(exit_.value.code)
+    assert message.startswith(
+        f"error: the results were not collected into {out}: {out} holds {len(results)} cells"
+    )
+    assert f"python -m bench.results.collect {tmp_path / 'runs'} {other} -o {out}" in message
+    assert _snapshot(out) == before

@@ -248,7 +248,12 @@ def test_trust_remote_code_is_off_unless_an_encoder_config_sets_it(compose_cfg):
 
 
 def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp_path):
-    """Both collects succeed; the table's CSV, Parquet and history come from one of them."""
+    """Both collects succeed; the table's CSV, Parquet and history come from one of them.
+
+    Each replaces the other's cells on purpose (``--replace``; without it the later of two
+    sweeps with other runs directories is refused, ``test_collect_faults.py``): what is
+    tested here is that the lock keeps every output of a results directory from one collect.
+    """
     from test_report import write_synthetic_sweep
 
     from bench.results.collect import read_history, read_table
@@ -266,7 +271,15 @@ def test_two_sweeps_collecting_into_one_results_dir_leave_a_consistent_table(tmp
     for _ in range(3):
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "bench.results.collect", str(tmp_path / s), "-o", str(out)],
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.results.collect",
+                    str(tmp_path / s),
+                    "-o",
+                    str(out),
+                    "--replace",
+                ],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_report import write_synthetic_sweep
 
 from bench.atomic import atomic_write, unwritable_reason
 from bench.cell import config_hash
+from bench.results.collect import collect
 from bench.run.plan import plan
 from bench.run.resume import CellState, ResumePolicy, cell_state, should_run
 from bench.run.train import run
@@ -169,6 +171,38 @@ def test_a_sweep_whose_results_cannot_be_written_at_its_end_exits_non_zero(tmp_p
     assert proc.returncode == 1
     assert f"error: the results were not collected into {tmp_path}/results" in proc.stderr
     assert json.loads((tmp_path / "runs" / CELL / "result.json").read_text())["status"] == "ok"
+
+
+def test_a_sweep_ending_into_another_sweeps_results_keeps_them_and_exits_non_zero(
+    tmp_path, monkeypatch
+):
+    """The reported bug: a one-cell sweep's end replaced a collected table with its one cell."""
+    earlier, runs, results = tmp_path / "earlier", tmp_path / "runs", tmp_path / "results"
+    cells = write_synthetic_sweep(earlier)  # real result files, collected as a sweep's end does
+    monkeypatch.chdir(ROOT)
+    collect([earlier], results)
+    before = _snapshot(results)
+    before.pop(".collect.lock")  # the lock is taken again, its time may change
+    proc = _bench(*_sweep(tmp_path, "seed=1"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = [x for x in _error_lines(proc) if x.startswith("error:")]
+    assert line.startswith(
+        f"error: the results were not collected into {results}: {results} holds {len(cells)} "
+        f"cells that this collect would drop from its tables: {len(cells)} collected from run "
+        f"directories outside {runs} (e.g. "
+    )
+    command = f"python -m bench.results.collect {earlier} {runs} -o {results}"
+    assert f"collect all roots together ({command})" in line
+    after = _snapshot(results)
+    after.pop(".collect.lock")
+    assert after == before  # every output: same bytes, same modification time
+    assert json.loads((runs / CELL / "result.json").read_text())["status"] == "ok"  # kept
+    # the fix the message names: both sweeps in one table
+    proc = subprocess.run(
+        [sys.executable, *command.split()[1:]], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(json.loads((results / "cells.json").read_text())) == len(cells) + 1
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")

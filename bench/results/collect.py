@@ -14,8 +14,13 @@ under two roots), the latest is kept and the others are reported. Results below 
 
 Nothing is lost on bad input: a root that does not exist or holds no result file, or roots
 whose result files all fail their check, raise :class:`bench.errors.CollectError` (the
-command exits 2) and leave the results directory as it was. The five outputs are built in
-memory and published together (:func:`bench.results.publish.publish`): all or none.
+command exits 2) and leave the results directory as it was. Nor is a results directory's
+content replaced by another sweep's: when its ``cells.json`` lists cells that this collect
+would drop (their run directories lie outside the roots collected now, or no longer exist
+and are not collected again), collect refuses the same way (:func:`dropped_cells`) and
+names the fix: collect every root together, or write to another results directory;
+``--replace`` replaces them on purpose. The outputs are built in memory and published
+together (:func:`bench.results.publish.publish`): all or none.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import io
 import json
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +43,7 @@ from filelock import FileLock
 from bench.axes.optional import AXIS_COLUMNS
 from bench.cell import CELL_COLUMNS, RESULT_FILE, SUPERSEDED_DIR
 from bench.clock import utc_now
+from bench.data.text_lines import read_text
 from bench.errors import CollectError, DataError
 from bench.results.curves import sized_settings
 from bench.results.predictions import PREDICTIONS_FILE, predictions_bytes, predictions_table
@@ -54,6 +61,8 @@ from bench.results.trials import TRIALS_FILE, trials_bytes, trials_table
 log = logging.getLogger(__name__)
 #: The lock file of a results directory (:func:`results_lock`).
 COLLECT_LOCK = ".collect.lock"
+#: The per-cell record of a results directory: which cells its tables hold, from where.
+CELLS_FILE = "cells.json"
 
 TABLE_COLUMNS = [
     *CELL_COLUMNS,
@@ -363,7 +372,7 @@ def record_files(results: list[dict[str, Any]], roots: Iterable[str | Path]) -> 
     lines = "".join(json.dumps(r, default=str) + "\n" for r in read_launch_log(roots))
     return {
         "history.csv": _csv(history_table(results)),
-        "cells.json": (cells + "\n").encode("utf-8"),
+        CELLS_FILE: (cells + "\n").encode("utf-8"),
         "launches.jsonl": lines.encode("utf-8"),
     }
 
@@ -393,6 +402,172 @@ def read_history(out_dir: str | Path) -> pd.DataFrame:
         if column not in table:
             table[column] = pd.Series(pd.NA, index=table.index, dtype="Int64")
     return table
+
+
+def dropped_cells(
+    out_dir: str | Path, roots: Iterable[str | Path], results: Iterable[dict[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """The cells of a results directory that publishing ``results`` there would drop.
+
+    The results directory's ``cells.json`` (written by the last collect into it) lists each
+    cell it holds with its run directory, as :func:`read_results` wrote it: relative to the
+    working directory of that collect. It is found relative to the working directory now or,
+    failing that, to the results directory or one of its parents (the checkout a committed
+    experiment lives in). A cell is dropped when its run directory
+
+    * exists but lies under none of ``roots``: another sweep's cell, which this collect
+      does not read;
+    * no longer exists (deleted, moved, or never in this clone) and no result of
+      ``results`` is the same cell (:func:`cell_key`): the tables are its last record.
+
+    A cell whose run directory lies under a root is kept by collecting that root, or is
+    dropped on purpose (a result that fails its check is skipped with a warning).
+
+    Args:
+        out_dir: The results directory.
+        roots: The run or sweep directories (or result files) collected now.
+        results: The results read from them (:func:`read_results`).
+
+    Returns:
+        The recorded run directories of the dropped cells: those outside every root, and
+        those that no longer exist. Both empty when ``out_dir`` has no ``cells.json``.
+
+    Raises:
+        CollectError: If ``cells.json`` exists but cannot be read as a list of cells (which
+            cells it holds cannot be told then).
+    """
+    out_dir = Path(out_dir)
+    records = _recorded_cells(out_dir / CELLS_FILE)
+    within = [_root_dir(Path(root)) for root in roots]
+    collected = {_key(res) for res in results}
+    outside, missing = [], []
+    for record in records:
+        run_dir = record.get("run_dir")
+        if not isinstance(run_dir, str) or not run_dir:
+            continue  # a hand-made record without a place: nothing to compare
+        found = _find_run_dir(run_dir, out_dir)
+        if found is None:
+            key = _key(record)
+            if key is None or key not in collected:
+                missing.append(run_dir)
+        elif not any(found.is_relative_to(root) for root in within):
+            outside.append(run_dir)
+    return outside, missing
+
+
+def _recorded_cells(path: Path) -> list[dict[str, Any]]:
+    """The cell records of a ``cells.json`` (none when there is no such file)."""
+    if not path.exists():
+        return []
+    unreadable = (
+        f"which cells {path.parent} holds cannot be told, so collecting into it could drop "
+        f"them; restore the file, collect into another results directory, or replace its "
+        f"tables on purpose with --replace; nothing written to {path.parent}"
+    )
+    try:
+        records = json.loads(read_text(path))
+    except (OSError, ValueError) as err:  # DataError and JSONDecodeError are ValueErrors
+        raise CollectError(f"{path} cannot be read ({err}): {unreadable}") from None
+    if not isinstance(records, list):
+        raise CollectError(f"{path} is not a list of cells: {unreadable}")
+    return [record for record in records if isinstance(record, dict)]
+
+
+def _root_dir(root: Path) -> Path:
+    """The folder a root collects, resolved: a result file stands for its run directory."""
+    root = root.resolve()
+    return root.parent if root.is_file() else root
+
+
+def _find_run_dir(run_dir: str, out_dir: Path) -> Path | None:
+    """A recorded run directory on disk, resolved; None when it exists nowhere it could be."""
+    path = Path(run_dir)
+    folder = out_dir.resolve()
+    bases = [Path()] if path.is_absolute() else [Path.cwd(), folder, *folder.parents]
+    for base in bases:
+        try:
+            if (base / path).exists():
+                return (base / path).resolve()
+        except (OSError, ValueError):  # a hand-edited name too long, or with a NUL
+            return None
+    return None
+
+
+def _key(record: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The cell's identity (:func:`cell_key`), or None for a record without a usable cell."""
+    if not isinstance(record.get("cell"), dict):
+        return None
+    key = cell_key(record)
+    try:
+        hash(key)
+    except TypeError:  # a hand-edited cell with a list or object for a coordinate
+        return None
+    return key
+
+
+def _refuse_dropping(
+    out_dir: str | Path, roots: list[str | Path], results: list[dict[str, Any]]
+) -> None:
+    """Raise :class:`CollectError` when publishing ``results`` would drop recorded cells."""
+    outside, missing = dropped_cells(out_dir, roots, results)
+    if not outside and not missing:
+        return
+    found, fixes = [], []
+    if outside:
+        found.append(
+            f"{len(outside)} collected from run directories outside "
+            f"{', '.join(map(str, roots))} (e.g. {_shown(outside[0], out_dir)})"
+        )
+        old = _old_root(outside, out_dir, roots)
+        command = " ".join(
+            [
+                "python -m bench.results.collect",
+                shlex.quote(old) if old is not None else "<their run or sweep directory>",
+                *(shlex.quote(str(root)) for root in roots),
+                "-o",
+                shlex.quote(str(out_dir)),
+            ]
+        )
+        fixes.append(f"collect all roots together ({command})")
+    if missing:
+        found.append(
+            f"{len(missing)} whose run directories no longer exist and that are not "
+            f"collected again (e.g. {missing[0]})"
+        )
+        fixes.append("restore their run directories")
+    fixes.append("collect into another results directory (results_dir=... for a sweep)")
+    raise CollectError(
+        f"{out_dir} holds {len(outside) + len(missing)} cells that this collect would drop "
+        f"from its tables: {'; '.join(found)}; to keep them, {', or '.join(fixes)}; to "
+        f"replace its tables on purpose, collect with --replace; nothing written to {out_dir}"
+    )
+
+
+def _old_root(run_dirs: list[str], out_dir: str | Path, roots: list[str | Path]) -> str | None:
+    """The folder that holds the given run directories, to name in the suggested command.
+
+    Their common folder, or None when collecting it would also read the results directory,
+    the working directory or a root collected now (a folder too wide to suggest).
+    """
+    out_dir = Path(out_dir)
+    found = [str(p) for d in run_dirs if (p := _find_run_dir(d, out_dir)) is not None]
+    if not found:  # removed meanwhile
+        return None
+    common = Path(os.path.commonpath(found))
+    wide = [out_dir.resolve(), Path.cwd(), *(_root_dir(Path(root)) for root in roots)]
+    if any(place.is_relative_to(common) for place in wide):
+        return None
+    return _relative(common)
+
+
+def _shown(run_dir: str, out_dir: str | Path) -> str:
+    """A recorded run directory as found now, relative to the working directory if below it."""
+    found = _find_run_dir(run_dir, Path(out_dir))
+    return _relative(found) if found is not None else run_dir
+
+
+def _relative(path: Path) -> str:
+    return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 @contextlib.contextmanager
@@ -427,30 +602,41 @@ def results_lock(out_dir: str | Path) -> Iterator[None]:
             raise
 
 
-def collect(roots: Iterable[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
+def collect(
+    roots: Iterable[str | Path], out_dir: str | Path | None, *, replace: bool = False
+) -> pd.DataFrame:
     """Read results under ``roots``, report problems, optionally write the outputs.
 
     The outputs (``results.csv``, ``results.parquet``, ``history.csv``, ``cells.json``,
-    ``launches.jsonl``) are built in memory and published together: all or none.
+    ``launches.jsonl``) are built in memory and published together: all or none. They hold
+    the cells under ``roots`` only, so a results directory that already holds other cells
+    (another sweep's, listed in its ``cells.json``) is refused unless ``replace`` is set:
+    collect every root into it together instead (:func:`dropped_cells`).
 
     Args:
         roots: Run or sweep directories (or result files).
         out_dir: The results directory to write, or None to only return the table.
+        replace: Write ``out_dir`` even when that drops cells it holds now (their run
+            directories lie outside ``roots``, or no longer exist): its tables then hold the
+            cells under ``roots`` alone. Off by default.
 
     Returns:
         The tidy table.
 
     Raises:
-        CollectError: If a root does not exist or holds no result file, or if none of the
-            result files passes its check; ``out_dir`` is left as it was.
+        CollectError: If a root does not exist or holds no result file, if none of the
+            result files passes its check, or (without ``replace``) if the outputs would
+            drop cells that ``out_dir`` holds now; ``out_dir`` is left as it was.
     """
     if out_dir is None:
         return _collect(list(roots), None)
     with results_lock(out_dir):
-        return _collect(list(roots), out_dir)
+        return _collect(list(roots), out_dir, replace=replace)
 
 
-def _collect(roots: list[str | Path], out_dir: str | Path | None) -> pd.DataFrame:
+def _collect(
+    roots: list[str | Path], out_dir: str | Path | None, *, replace: bool = False
+) -> pd.DataFrame:
     """:func:`collect`, with the results directory's lock held when it is written."""
     unchanged = f"nothing written to {out_dir}" if out_dir is not None else "nothing collected"
     missing = [f"{root} does not exist" for root in roots if not Path(root).exists()]
@@ -473,6 +659,8 @@ def _collect(roots: list[str | Path], out_dir: str | Path | None) -> pd.DataFram
             f"none of the {count} result files under {', '.join(map(str, roots))} could be "
             f"read (warnings above); {unchanged}"
         )
+    if out_dir is not None and not replace:
+        _refuse_dropping(out_dir, roots, results)
     table = tidy(results)
     if out_dir is not None:
         files = {**record_files(results, roots), **table_files(table)}
@@ -505,13 +693,19 @@ def print_summary(table: pd.DataFrame) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m bench.results.collect <dirs...> [-o OUT_DIR]``."""
+    """Command line: ``python -m bench.results.collect <dirs...> [-o OUT_DIR] [--replace]``."""
     parser = argparse.ArgumentParser(prog="python -m bench.results.collect", description=__doc__)
     parser.add_argument("roots", nargs="+", help="run or sweep directories holding result.json")
     parser.add_argument("-o", "--out", default=None, help="where to write results.csv/.parquet")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="write OUT even when that drops cells it holds now (collected from other roots, "
+        "or whose run directories no longer exist); without it such a collect is refused",
+    )
     args = parser.parse_args(argv)
     try:
-        table = collect(args.roots, args.out)
+        table = collect(args.roots, args.out, replace=args.replace)
     except CollectError as err:  # a bad argument: nothing was written
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -63,7 +63,12 @@ class CollectResults(Callback):
         log_launch_event(sweep_dir, "launch", command=command, planned=planned)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report."""
+        """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report.
+
+        Collects the sweep directory alone: a results directory that holds cells of other
+        run directories is left as it is, and the sweep exits 1 with collect's message,
+        which names the command that collects every root together.
+        """
         results_dir = config.results_dir
         try:
             # The report is built under the results lock too: a sweep sharing the results
