@@ -63,3 +63,37 @@ def test_a_preset_with_grids_expands_in_the_dry_run_as_in_a_launch():
     assert labels == {f"linear-L{i}" for i in range(7)} | {
         f"linear-last4_{c}" for c in ("concat", "mean", "max")
     }
+
+
+def test_a_plan_composed_in_worker_processes_is_the_plan_composed_here(monkeypatch):
+    """Forked workers compose the cells (a launch's wait); the plan is the same, in order."""
+    import os
+    import threading
+
+    import bench.run.plan as planning
+
+    overrides = ["experiment=layers_sst2"]  # 60 cells
+    monkeypatch.setattr(planning, "plan_workers", lambda jobs: 1)
+    here = plan(config_dir(), overrides, multirun=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(planning, "JOBS_PER_WORKER", 20)
+    assert planning.plan_workers(len(here)) == min(3, len(os.sched_getaffinity(0)))
+    forked = plan(config_dir(), overrides, multirun=True)
+    assert forked == here
+    # a process running another thread composes here: forking it could deadlock the child
+    stop = threading.Event()
+    waiter = threading.Thread(target=stop.wait)
+    waiter.start()
+    try:
+        assert planning.plan_workers(len(here)) == 1
+    finally:
+        stop.set()
+        waiter.join()
+
+
+def test_a_cell_refused_in_a_worker_is_refused_naming_it(monkeypatch):
+    import bench.run.plan as planning
+
+    monkeypatch.setattr(planning, "plan_workers", lambda jobs: 2)
+    with pytest.raises(ConfigError, match=r"\(cell: .*seed=-1"):
+        plan(config_dir(), ["experiment=layers_sst2", "seed=1,-1"], multirun=True)

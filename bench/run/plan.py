@@ -9,8 +9,12 @@ check on it and reads its run directory. Nothing is written and nothing is train
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import threading
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +85,51 @@ def hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
     return initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
 
 
+#: Jobs per worker process below which composing in parallel does not pay (Hydra composes a
+#: cell in about a third of a second on this project's CPUs; forking a worker costs little).
+JOBS_PER_WORKER = 16
+#: The most worker processes a plan composes with.
+MAX_WORKERS = 16
+_Composed = tuple[DictConfig, Path, CellState] | str
+
+
+def _compose_job(job: list[str], multirun: bool) -> _Composed:
+    """Compose one job and read its run directory; a refused identity as its message."""
+    cfg = compose("config", overrides=job, return_hydra_config=True)
+    try:
+        check_identity(cfg)
+    except ConfigError as err:
+        return f"{err} (cell: {' '.join(job) or 'the defaults'})"
+    run_dir = _run_dir(cfg, multirun)
+    return cfg, run_dir, running_elsewhere(run_dir) or cell_state(run_dir, config_hash(cfg))
+
+
+def plan_workers(jobs: int) -> int:
+    """How many processes compose a plan of ``jobs`` cells: 1 (this one) unless it pays.
+
+    Composing is Hydra's work, one cell after another, and a launch waits for it (the 200
+    cells of a ``gpu_pack`` launch took most of two minutes of a lent GPU machine). Workers
+    are forked from this process, which holds Hydra's initialised state, so only where
+    ``fork`` exists and this process runs no other thread (forking a threaded process can
+    deadlock the child); a sweep's launch plans before its launcher starts any.
+    """
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_WORKERS, jobs // JOBS_PER_WORKER))
+
+
+def _composed(jobs: list[list[str]], multirun: bool) -> list[_Composed]:
+    """:func:`_compose_job` of every job, in order, in :func:`plan_workers` processes."""
+    workers = plan_workers(len(jobs))
+    if workers == 1:
+        return [_compose_job(job, multirun) for job in jobs]
+    fork = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=fork) as pool:
+        chunk = max(1, len(jobs) // (4 * workers))
+        return list(pool.map(_compose_job, jobs, [multirun] * len(jobs), chunksize=chunk))
+
+
 def plan(
     config_dir: str | Path,
     overrides: list[str],
@@ -114,14 +163,11 @@ def plan(
         multirun = multirun or mode == RunMode.MULTIRUN
         run_mode = RunMode.MULTIRUN if multirun else RunMode.RUN
         base = hydra.compose_config("config", overrides, run_mode=run_mode)
-        for job in _job_overrides(base, overrides, multirun):
-            cfg = compose("config", overrides=job, return_hydra_config=True)
-            try:
-                check_identity(cfg)
-            except ConfigError as err:
-                raise ConfigError(f"{err} (cell: {' '.join(job) or 'the defaults'})") from None
-            run_dir = _run_dir(cfg, multirun)
-            state = running_elsewhere(run_dir) or cell_state(run_dir, config_hash(cfg))
+        jobs = _job_overrides(base, overrides, multirun)
+        for job, composed in zip(jobs, _composed(jobs, multirun), strict=True):
+            if isinstance(composed, str):
+                raise ConfigError(composed)
+            cfg, run_dir, state = composed
             will_run = should_run(state, ResumePolicy.of(cfg))
             problem = None
             if check is not None and will_run:
