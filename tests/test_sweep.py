@@ -72,12 +72,12 @@ def test_a_plan_composed_in_worker_processes_is_the_plan_composed_here(monkeypat
 
     import bench.run.plan as planning
 
-    overrides = ["experiment=layers_sst2"]  # 60 cells
+    overrides = ["experiment=quick"]  # 8 cells
     monkeypatch.setattr(planning, "plan_workers", lambda jobs: 1)
     here = plan(config_dir(), overrides, multirun=True)
     monkeypatch.undo()
-    monkeypatch.setattr(planning, "JOBS_PER_WORKER", 20)
-    assert planning.plan_workers(len(here)) == min(3, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(planning, "JOBS_PER_WORKER", 4)
+    assert len(here) == 8 and planning.plan_workers(8) == min(2, len(os.sched_getaffinity(0)))
     forked = plan(config_dir(), overrides, multirun=True)
     assert forked == here
     # a process running another thread composes here: forking it could deadlock the child
@@ -96,4 +96,4 @@ def test_a_cell_refused_in_a_worker_is_refused_naming_it(monkeypatch):
 
     monkeypatch.setattr(planning, "plan_workers", lambda jobs: 2)
     with pytest.raises(ConfigError, match=r"\(cell: .*seed=-1"):
-        plan(config_dir(), ["experiment=layers_sst2", "seed=1,-1"], multirun=True)
+        plan(config_dir(), ["experiment=quick", "seed=1,-1"], multirun=True)
