@@ -450,3 +450,26 @@ def test_the_sweep_end_callback_exits_with_the_refusal(collected, tmp_path):
     )
     assert f"python -m bench.results.collect {tmp_path / 'runs'} {other} -o {out}" in message
     assert _snapshot(out) == before
+
+
+def test_what_a_sweep_would_drop_is_known_before_it_trains(collected, tmp_path, monkeypatch):
+    """dropped_at_launch: the collect rule with the planned run directories for the results."""
+    from bench.results.collect import dropped_at_launch, launch_refusal
+
+    runs, out, results = collected
+    monkeypatch.chdir(ROOT)  # cells.json records run directories relative to the collect's cwd
+    recorded = [c["run_dir"] for c in json.loads((out / "cells.json").read_text())]
+    cells = sorted(p.parent for p in find_result_files([runs]))
+    # the same sweep again, whatever it plans: its cells stay under its sweep directory
+    assert dropped_at_launch(out, runs, []) == ([], [])
+    # another sweep directory: every recorded cell lies outside it
+    outside, missing = dropped_at_launch(out, tmp_path / "other", [])
+    assert (sorted(outside), missing) == (sorted(recorded), [])
+    text = launch_refusal(out, tmp_path / "other", outside, missing)
+    assert text.startswith(f"{out} holds {len(recorded)} cells that this sweep's end would drop")
+    assert text.endswith("nothing trained")
+    # a run directory gone: dropped unless the sweep plans it again
+    shutil.rmtree(cells[0])
+    assert dropped_at_launch(out, runs, []) == ([], [os.path.relpath(cells[0], ROOT)])
+    assert dropped_at_launch(out, runs, [cells[0]]) == ([], [])
+    assert len(results) == len(recorded)

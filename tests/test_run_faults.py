@@ -173,10 +173,13 @@ def test_a_sweep_whose_results_cannot_be_written_at_its_end_exits_non_zero(tmp_p
     assert json.loads((tmp_path / "runs" / CELL / "result.json").read_text())["status"] == "ok"
 
 
-def test_a_sweep_ending_into_another_sweeps_results_keeps_them_and_exits_non_zero(
-    tmp_path, monkeypatch
-):
-    """The reported bug: a one-cell sweep's end replaced a collected table with its one cell."""
+def test_a_sweep_into_another_sweeps_results_is_refused_before_it_trains(tmp_path, monkeypatch):
+    """The reported bug: a one-cell sweep's end replaced a collected table with its one cell.
+
+    Its end would now refuse to collect (test_collect_faults.py); the launch refuses first,
+    before training, and names the ways out. Taking one (another results_dir, then one
+    collect of both sweeps) keeps every cell.
+    """
     earlier, runs, results = tmp_path / "earlier", tmp_path / "runs", tmp_path / "results"
     cells = write_synthetic_sweep(earlier)  # real result files, collected as a sweep's end does
     monkeypatch.chdir(ROOT)
@@ -184,23 +187,25 @@ def test_a_sweep_ending_into_another_sweeps_results_keeps_them_and_exits_non_zer
     before = _snapshot(results)
     before.pop(".collect.lock")  # the lock is taken again, its time may change
     proc = _bench(*_sweep(tmp_path, "seed=1"))
-    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = [x for x in _error_lines(proc) if x.startswith("error:")]
     assert line.startswith(
-        f"error: the results were not collected into {results}: {results} holds {len(cells)} "
-        f"cells that this collect would drop from its tables: {len(cells)} collected from run "
-        f"directories outside {runs} (e.g. "
+        f"error: {results} holds {len(cells)} cells that this sweep's end would drop from its "
+        f"tables, since it collects {runs} alone: {len(cells)} from run directories outside "
+        f"{runs} (e.g. "
     )
-    command = f"python -m bench.results.collect {earlier} {runs} -o {results}"
-    assert f"collect all roots together ({command})" in line
+    assert line.endswith("nothing trained")
+    assert not (runs / CELL / "result.json").exists()
     after = _snapshot(results)
     after.pop(".collect.lock")
     assert after == before  # every output: same bytes, same modification time
-    assert json.loads((runs / CELL / "result.json").read_text())["status"] == "ok"  # kept
-    # the fix the message names: both sweeps in one table
-    proc = subprocess.run(
-        [sys.executable, *command.split()[1:]], cwd=ROOT, capture_output=True, text=True
-    )
+    # the way out the message names: this sweep's tables elsewhere, then both in one table
+    elsewhere = tmp_path / "results-new"
+    proc = _bench(*_sweep(tmp_path, "seed=1"), f"results_dir={elsewhere}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((runs / CELL / "result.json").read_text())["status"] == "ok"
+    both = ["-m", "bench.results.collect", str(earlier), str(runs), "-o", str(results)]
+    proc = subprocess.run([sys.executable, *both], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(json.loads((results / "cells.json").read_text())) == len(cells) + 1
 

@@ -455,6 +455,82 @@ def dropped_cells(
     return outside, missing
 
 
+def dropped_at_launch(
+    out_dir: str | Path, sweep_dir: str | Path, planned: Iterable[str | Path]
+) -> tuple[list[str], list[str]]:
+    """The cells of a results directory that a sweep's end would drop, known before it trains.
+
+    A sweep's end collects its sweep directory alone into ``results_dir``
+    (:class:`bench.run.callbacks.CollectResults`), so :func:`dropped_cells` would refuse it
+    there, after the training. This is the same rule with the planned cells standing for the
+    results: a recorded cell is dropped when its run directory exists outside the sweep
+    directory, or exists nowhere and is not one of the planned run directories.
+
+    Args:
+        out_dir: The sweep's ``results_dir``.
+        sweep_dir: ``hydra.sweep.dir``, the root its end collects.
+        planned: Every planned cell's run directory.
+
+    Returns:
+        The recorded run directories of the dropped cells: outside, and gone.
+
+    Raises:
+        CollectError: If ``cells.json`` exists but cannot be read as a list of cells.
+    """
+    out_dir = Path(out_dir)
+    root = _root_dir(Path(sweep_dir))
+    will_exist = {Path(run_dir).resolve() for run_dir in planned}
+    outside, missing = [], []
+    for record in _recorded_cells(out_dir / CELLS_FILE):
+        run_dir = record.get("run_dir")
+        if not isinstance(run_dir, str) or not run_dir:
+            continue
+        found = _find_run_dir(run_dir, out_dir)
+        if found is None:
+            if not will_exist & _candidates(run_dir, out_dir):
+                missing.append(run_dir)
+        elif not found.is_relative_to(root):
+            outside.append(run_dir)
+    return outside, missing
+
+
+def launch_refusal(
+    out_dir: str | Path, sweep_dir: str | Path, outside: list[str], missing: list[str]
+) -> str:
+    """Why a sweep is refused before training (:func:`dropped_at_launch`), and the ways out."""
+    found = []
+    if outside:
+        found.append(
+            f"{len(outside)} from run directories outside {sweep_dir} (e.g. "
+            f"{_shown(outside[0], out_dir)})"
+        )
+    if missing:
+        found.append(
+            f"{len(missing)} whose run directories no longer exist and that this sweep does "
+            f"not plan (e.g. {missing[0]})"
+        )
+    return (
+        f"{out_dir} holds {len(outside) + len(missing)} cells that this sweep's end would drop "
+        f"from its tables, since it collects {sweep_dir} alone: {'; '.join(found)}; to keep "
+        f"them, write this sweep's tables elsewhere (results_dir=...) and collect both sweeps "
+        f"into one afterwards (python -m bench.results.collect <their runs> {sweep_dir} -o "
+        f"{out_dir}), or run this sweep into the runs directory they come from "
+        f"(hydra.sweep.dir=...); nothing trained"
+    )
+
+
+def _candidates(run_dir: str, out_dir: Path) -> set[Path]:
+    """Where a recorded run directory would be, for each base :func:`_find_run_dir` tries."""
+    path = Path(run_dir)
+    if path.is_absolute():
+        return {path.resolve()}
+    folder = out_dir.resolve()
+    try:
+        return {(base / path).resolve() for base in [Path.cwd(), folder, *folder.parents]}
+    except (OSError, ValueError):
+        return set()
+
+
 def _recorded_cells(path: Path) -> list[dict[str, Any]]:
     """The cell records of a ``cells.json`` (none when there is no such file)."""
     if not path.exists():

@@ -18,7 +18,13 @@ from omegaconf import DictConfig
 
 from bench.errors import ConfigError, HeadbenchError
 from bench.report import build_report
-from bench.results.collect import collect, print_summary, results_lock
+from bench.results.collect import (
+    collect,
+    dropped_at_launch,
+    launch_refusal,
+    print_summary,
+    results_lock,
+)
 from bench.results.run_records import log_launch_event
 from bench.run.packing import PackCheck
 from bench.run.plan import collision_message, collisions, plan
@@ -37,8 +43,9 @@ class CollectResults(Callback):
         That is: a cell's run directory cannot be made (a required key unset, a name with
         a path separator), the run or results directory is not writable, two cells
         would write the same run directory, the chosen ``logger`` needs an extra that
-        is not installed, or ``runtime.cells_per_gpu`` cells would not fit on the GPU
-        (:mod:`bench.run.packing`).
+        is not installed, ``runtime.cells_per_gpu`` cells would not fit on the GPU
+        (:mod:`bench.run.packing`), or the collect at its end would drop cells that
+        ``results_dir`` holds from elsewhere (:func:`bench.results.collect.dropped_at_launch`).
         """
         overrides = list(config.hydra.overrides.task)
         try:
@@ -52,6 +59,19 @@ class CollectResults(Callback):
         shared = collisions(cells)
         if shared:
             sys.exit(f"error: {collision_message(shared)}")
+        results_dir = config.get("results_dir")
+        if results_dir:  # its end would refuse to collect: refuse now, before training
+            try:
+                outside, missing = dropped_at_launch(
+                    results_dir, config.hydra.sweep.dir, [cell.run_dir for cell in cells]
+                )
+            except HeadbenchError as err:
+                print(f"error: {err}", file=sys.stderr)
+                sys.exit(2)
+            if outside or missing:
+                message = launch_refusal(results_dir, config.hydra.sweep.dir, outside, missing)
+                print(f"error: {message}", file=sys.stderr)
+                sys.exit(2)
         command = " ".join(["python -m bench -m", *(shlex.quote(o) for o in overrides)])
         sweep_dir = Path(config.hydra.sweep.dir)
         planned = [
