@@ -65,35 +65,56 @@ def test_a_preset_with_grids_expands_in_the_dry_run_as_in_a_launch():
     }
 
 
-def test_a_plan_composed_in_worker_processes_is_the_plan_composed_here(monkeypatch):
-    """Forked workers compose the cells (a launch's wait); the plan is the same, in order."""
+_FORKED_PLAN = """
+import os
+import bench.run.plan as planning
+from bench.errors import ConfigError
+from bench.paths import config_dir
+
+overrides = ["experiment=quick"]  # 8 cells
+real = planning.plan_workers
+planning.plan_workers = lambda jobs: 1
+here = planning.plan(config_dir(), overrides, multirun=True)
+planning.plan_workers = real
+planning.JOBS_PER_WORKER = 4
+workers = planning.plan_workers(len(here))
+forked = planning.plan(config_dir(), overrides, multirun=True)
+try:
+    planning.plan(config_dir(), ["experiment=quick", "seed=1,-1"], multirun=True)
+    refused = "not refused"
+except ConfigError as err:
+    refused = str(err)
+print(repr((len(here), workers, min(2, len(os.sched_getaffinity(0))), forked == here, refused)))
+"""
+
+
+def test_a_plan_composed_in_worker_processes_is_the_plan_composed_here():
+    """Forked workers compose the cells (a launch's wait); the plan is the same, in order,
+    and a cell refused in a worker is refused naming it. In a fresh one-thread process, as a
+    launch plans (a test worker of pytest-xdist runs threads of its own, so composes alone)."""
+    import ast
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_PLAN], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells, workers, expected, same, refused = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert (cells, workers, same) == (8, expected, True)
+    assert "(cell: " in refused and "seed=-1" in refused
+
+
+def test_a_process_running_other_threads_composes_alone(monkeypatch):
+    """Forking a process that runs other threads can deadlock the child: no workers then."""
     import os
-    import threading
 
     import bench.run.plan as planning
 
-    overrides = ["experiment=quick"]  # 8 cells
-    monkeypatch.setattr(planning, "plan_workers", lambda jobs: 1)
-    here = plan(config_dir(), overrides, multirun=True)
-    monkeypatch.undo()
-    monkeypatch.setattr(planning, "JOBS_PER_WORKER", 4)
-    assert len(here) == 8 and planning.plan_workers(8) == min(2, len(os.sched_getaffinity(0)))
-    forked = plan(config_dir(), overrides, multirun=True)
-    assert forked == here
-    # a process running another thread composes here: forking it could deadlock the child
-    stop = threading.Event()
-    waiter = threading.Thread(target=stop.wait)
-    waiter.start()
-    try:
-        assert planning.plan_workers(len(here)) == 1
-    finally:
-        stop.set()
-        waiter.join()
-
-
-def test_a_cell_refused_in_a_worker_is_refused_naming_it(monkeypatch):
-    import bench.run.plan as planning
-
-    monkeypatch.setattr(planning, "plan_workers", lambda jobs: 2)
-    with pytest.raises(ConfigError, match=r"\(cell: .*seed=-1"):
-        plan(config_dir(), ["experiment=quick", "seed=1,-1"], multirun=True)
+    monkeypatch.setattr(planning, "JOBS_PER_WORKER", 1)
+    monkeypatch.setattr(planning.threading, "active_count", lambda: 1)
+    assert planning.plan_workers(1) == 1 and planning.plan_workers(40) >= 1
+    cores = len(os.sched_getaffinity(0))
+    assert planning.plan_workers(40) == min(planning.MAX_WORKERS, cores)
+    monkeypatch.setattr(planning.threading, "active_count", lambda: 2)
+    assert planning.plan_workers(40) == 1
