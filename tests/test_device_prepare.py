@@ -542,24 +542,15 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
 def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Path) -> None:
     """No finetune figures yet: the first fine-tuning cell would fix eager for all of them."""
     root, env = _device_copy(tmp_path)
-    env["HB_COMPILE_CHOICE"] = "1"
+    command = ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"]
     done = subprocess.run(
-        ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
-        capture_output=True,
-        text=True,
-        env=env,
+        command, capture_output=True, text=True, env={**env, "HB_COMPILE_CHOICE": "1"}
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert "no compile choice" in done.stdout and "nothing launched" in done.stdout
     assert not (tmp_path / "calls").exists()
     # HB_COMPILE_CHOICE=0 (the default: the preset pins the choice) launches as given
-    del env["HB_COMPILE_CHOICE"]
-    done = subprocess.run(
-        ["bash", str(root / "benchmarks/device_run.sh"), "bench", "freeze=full"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls == ["-m bench -m experiment=fair_heads_gpu freeze=full"]
