@@ -2,7 +2,7 @@
 # One device call that spends a short lease on every GPU job of issue #22, in order of value,
 # each step with a time box so that a slow or failing step never starves the next:
 #
-#   bash benchmarks/device_plan.sh [TOTAL_S]     # default 500: give the call timeout_s=540
+#   bash benchmarks/device_plan.sh [TOTAL_S]     # default 500; a lease: 565 with timeout_s=595
 #
 # 1. check (not in the default PLAN_STEPS: the first lease showed the image's versions and
 #    that MiniLM loads as float32): GPU, package versions there vs here, the plan (dry run);
