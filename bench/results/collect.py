@@ -33,7 +33,7 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -436,19 +436,34 @@ def dropped_cells(
         CollectError: If ``cells.json`` exists but cannot be read as a list of cells (which
             cells it holds cannot be told then).
     """
-    out_dir = Path(out_dir)
-    records = _recorded_cells(out_dir / CELLS_FILE)
-    within = [_root_dir(Path(root)) for root in roots]
     collected = {_key(res) for res in results}
+
+    def comes_back(record: dict[str, Any], run_dir: str) -> bool:
+        key = _key(record)
+        return key is not None and key in collected
+
+    return _dropped(Path(out_dir), roots, comes_back)
+
+
+def _dropped(
+    out_dir: Path,
+    roots: Iterable[str | Path],
+    comes_back: Callable[[dict[str, Any], str], bool],
+) -> tuple[list[str], list[str]]:
+    """The recorded cells that exist outside every root, and those gone that do not come back.
+
+    The rule of :func:`dropped_cells` and :func:`dropped_at_launch`; ``comes_back(record,
+    run_dir)`` says whether a cell whose run directory exists nowhere is written again.
+    """
+    within = [_root_dir(Path(root)) for root in roots]
     outside, missing = [], []
-    for record in records:
+    for record in _recorded_cells(out_dir / CELLS_FILE):
         run_dir = record.get("run_dir")
         if not isinstance(run_dir, str) or not run_dir:
             continue  # a hand-made record without a place: nothing to compare
         found = _find_run_dir(run_dir, out_dir)
         if found is None:
-            key = _key(record)
-            if key is None or key not in collected:
+            if not comes_back(record, run_dir):
                 missing.append(run_dir)
         elif not any(found.is_relative_to(root) for root in within):
             outside.append(run_dir)
@@ -478,20 +493,15 @@ def dropped_at_launch(
         CollectError: If ``cells.json`` exists but cannot be read as a list of cells.
     """
     out_dir = Path(out_dir)
-    root = _root_dir(Path(sweep_dir))
     will_exist = {Path(run_dir).resolve() for run_dir in planned}
-    outside, missing = [], []
-    for record in _recorded_cells(out_dir / CELLS_FILE):
-        run_dir = record.get("run_dir")
-        if not isinstance(run_dir, str) or not run_dir:
-            continue
-        found = _find_run_dir(run_dir, out_dir)
-        if found is None:
-            if not will_exist & _candidates(run_dir, out_dir):
-                missing.append(run_dir)
-        elif not found.is_relative_to(root):
-            outside.append(run_dir)
-    return outside, missing
+
+    def comes_back(record: dict[str, Any], run_dir: str) -> bool:
+        try:
+            return any(place.resolve() in will_exist for place in _places(run_dir, out_dir))
+        except (OSError, ValueError):  # a hand-edited name too long, or with a NUL
+            return False
+
+    return _dropped(out_dir, [sweep_dir], comes_back)
 
 
 def launch_refusal(
@@ -519,16 +529,17 @@ def launch_refusal(
     )
 
 
-def _candidates(run_dir: str, out_dir: Path) -> set[Path]:
-    """Where a recorded run directory would be, for each base :func:`_find_run_dir` tries."""
+def _places(run_dir: str, out_dir: Path) -> list[Path]:
+    """Where a recorded run directory may be, in the order it is looked for.
+
+    As written when absolute; else below the working directory, the results directory or
+    one of its parents (the checkout a committed experiment lives in).
+    """
     path = Path(run_dir)
     if path.is_absolute():
-        return {path.resolve()}
+        return [path]
     folder = out_dir.resolve()
-    try:
-        return {(base / path).resolve() for base in [Path.cwd(), folder, *folder.parents]}
-    except (OSError, ValueError):
-        return set()
+    return [base / path for base in [Path.cwd(), folder, *folder.parents]]
 
 
 def _recorded_cells(path: Path) -> list[dict[str, Any]]:
@@ -557,13 +568,10 @@ def _root_dir(root: Path) -> Path:
 
 def _find_run_dir(run_dir: str, out_dir: Path) -> Path | None:
     """A recorded run directory on disk, resolved; None when it exists nowhere it could be."""
-    path = Path(run_dir)
-    folder = out_dir.resolve()
-    bases = [Path()] if path.is_absolute() else [Path.cwd(), folder, *folder.parents]
-    for base in bases:
+    for place in _places(run_dir, out_dir):
         try:
-            if (base / path).exists():
-                return (base / path).resolve()
+            if place.exists():
+                return place.resolve()
         except (OSError, ValueError):  # a hand-edited name too long, or with a NUL
             return None
     return None
