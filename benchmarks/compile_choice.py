@@ -163,11 +163,12 @@ def _train_rows(tasks: Sequence[str], data_dir: str | None) -> dict[str, int]:
 
 def _preset_counts(tasks: Sequence[str]) -> dict[str, int]:
     """Selection size, epochs and trainings per task of the preset's fine-tuning cells."""
-    from bench.report.preset_grid import CONF_DIR, swept_values
+    from bench.paths import config_dir
+    from bench.report.preset_grid import swept_values
     from benchmarks.perf import _compose
 
     cfg = _compose(["experiment=fair_heads_gpu", "freeze=full", f"task={tasks[0]}", "seed=1"])
-    swept = swept_values(CONF_DIR / "experiment" / "fair_heads_gpu.yaml")
+    swept = swept_values(config_dir() / "experiment" / "fair_heads_gpu.yaml")
     heads, seeds = len(swept["head"]), len(swept["seed"])
     return {
         "selection": int(cfg.selection.size),

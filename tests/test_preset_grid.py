@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bench.report.preset_grid import CONF_DIR, preset_of, swept_values, unrun_text, unrun_values
+from bench.paths import config_dir
+from bench.report.preset_grid import preset_of, swept_values, unrun_text, unrun_values
 from conftest import ROOT
 
 RESULTS = ROOT / "results"
@@ -55,7 +56,7 @@ def test_params_grids_and_ranges_are_expanded_with_hydras_grammar(tmp_path):
 @pytest.mark.skipif(not (RESULTS / "fair_heads_gpu" / "results.csv").is_file(), reason="not run")
 def test_fair_heads_gpu_says_its_fine_tuning_half_has_not_run():
     table = pd.read_csv(RESULTS / "fair_heads_gpu" / "results.csv")
-    params = yaml.safe_load((CONF_DIR / "experiment" / "fair_heads_gpu.yaml").read_text())
+    params = yaml.safe_load((config_dir() / "experiment" / "fair_heads_gpu.yaml").read_text())
     swept = params["hydra"]["sweeper"]["params"]
     expected = {
         axis: [v for v in str(swept[axis]).split(",") if v not in set(table[axis].astype(str))]

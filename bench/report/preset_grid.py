@@ -20,8 +20,8 @@ import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-#: The repository's Hydra config tree.
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from bench.paths import config_dir
+
 #: Sweep keys whose values are a column of the results table, in the order shown.
 AXES = ("task", "encoder", "head", "freeze", "seed")
 _EXPERIMENT = re.compile(r"(?:^|\s)\+{0,2}experiment=([\w.-]+)")
@@ -70,7 +70,7 @@ def swept_values(preset: Path) -> dict[str, list[str]]:
 
 
 def unrun_values(
-    table: pd.DataFrame, command: str, conf_dir: Path = CONF_DIR
+    table: pd.DataFrame, command: str, conf_dir: Path | None = None
 ) -> tuple[str | None, dict[str, list[str]]]:
     """The values the newest launch's preset sweeps that no cell of ``table`` has.
 
@@ -78,14 +78,15 @@ def unrun_values(
         table: The results table (columns ``task``, ``encoder``, ``head``, ``freeze``,
             ``seed``).
         command: The newest launch's command line.
-        conf_dir: The Hydra config tree holding ``experiment/<name>.yaml``.
+        conf_dir: The Hydra config tree holding ``experiment/<name>.yaml``
+            (default: :func:`bench.paths.config_dir`).
 
     Returns:
         The preset's name (None when the command names none, or it is not in
         ``conf_dir``) and, per axis, its values without a cell (empty when all ran).
     """
     name = preset_of(command)
-    preset = conf_dir / "experiment" / f"{name}.yaml"
+    preset = (conf_dir or config_dir()) / "experiment" / f"{name}.yaml"
     if name is None or not preset.is_file():
         return None, {}
     missing = {}
@@ -99,7 +100,7 @@ def unrun_values(
     return name, missing
 
 
-def unrun_text(table: pd.DataFrame, command: str, conf_dir: Path = CONF_DIR) -> str:
+def unrun_text(table: pd.DataFrame, command: str, conf_dir: Path | None = None) -> str:
     """:func:`unrun_values` in words (plain text); empty when nothing is missing.
 
     Returns:
