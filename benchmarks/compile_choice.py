@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -75,12 +76,6 @@ def worker_examples(
     return trained * epochs * trainings_per_task / workers
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def side_figures(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Per side of the ``finetune`` part, the medians the rule reads, from its runs so far.
 
@@ -102,9 +97,9 @@ def side_figures(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
         if not mine or None in speeds or None in firsts:
             continue
         out[name] = {
-            "examples_per_s_after_first": _median(speeds),
-            "first_batch_s": _median(firsts),
-            "dev_accuracy": _median([r["dev_accuracy"]["final"] for r in mine]),
+            "examples_per_s_after_first": statistics.median(speeds),
+            "first_batch_s": statistics.median(firsts),
+            "dev_accuracy": statistics.median([r["dev_accuracy"]["final"] for r in mine]),
         }
     return out
 
