@@ -23,6 +23,7 @@ from bench.atomic import atomic_write
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.location import load_from_hub
 from bench.data.padding import check_pad_multiple
+from bench.data.pinning import pins_batches, trainer_device
 from bench.data.samplers import BucketedLengthSampler
 from bench.data.selection import (
     CARVES,
@@ -461,7 +462,8 @@ class SplitLoaders(L.LightningDataModule):
 
         A resident split (:mod:`bench.cache.resident`) gathers its batches on its device,
         in this process (no worker processes). Worker processes start as
-        :func:`~bench.data.worker_start.worker_context` says (inside a joblib worker too).
+        :func:`~bench.data.worker_start.worker_context` says (inside a joblib worker too);
+        batches bound for a GPU are pinned (:mod:`bench.data.pinning`).
         """
         own = getattr(dataset, "collate", None)
         if own is not None:
@@ -470,6 +472,7 @@ class SplitLoaders(L.LightningDataModule):
             "collate_fn": self._batch,
             "num_workers": self.num_workers,
             "multiprocessing_context": worker_context(self.num_workers),
+            "pin_memory": pins_batches(trainer_device(self)),
         }
 
     def val_dataloader(self) -> list[DataLoader]:
