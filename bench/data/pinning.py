@@ -1,15 +1,15 @@
 """Whether a loader pins its batches: when the trainer that reads them runs on a CUDA device.
 
 A batch collated on the host reaches a GPU by one copy per tensor (Lightning moves it with
-``non_blocking=True``). From ordinary (pageable) host memory such a copy is not
-asynchronous: CUDA first waits for the stream to drain, then stages the data, so the host
-waits for the GPU once per tensor of every batch. A sequence batch holds five tensors
-(``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels``, ``idx``), and
-``benchmarks/perf.py --parts steps`` counted 6.2 syncs and 9 copies a step for eager
-headbench on an H100, with the HF ``Trainer`` (which pins by default,
-``dataloader_pin_memory``) faster on that host. That these copies are most of those syncs is
-inferred, not yet measured: the part's ``sync_sources`` name the calls on the next GPU run.
-From pinned (page-locked) memory the copy is queued like a kernel, and the host goes on.
+``non_blocking=True``). From ordinary (pageable) host memory such a copy cannot be a DMA of
+its own: the driver stages it through a pinned buffer and, as CUDA's API documentation puts
+it, "might be synchronous with respect to host" (``cudaMemcpyAsync``). From pinned
+(page-locked) memory the copy is queued like a kernel, and the host goes on. A sequence batch
+holds five tensors (``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels``,
+``idx``); ``benchmarks/perf.py --parts steps`` counted 9 copies a step for eager headbench on
+an H100, where the HF ``Trainer``, which pins by default (``dataloader_pin_memory``), was
+faster. How much pinning gains there is not measured yet (the ``finetune`` and ``steps``
+parts on the next GPU run say).
 
 Pinning changes no number a cell computes, only when the host waits, so it is not a config
 key (and not hashed): it follows the device.
