@@ -7,7 +7,7 @@
 # 1. check (not in the default PLAN_STEPS: the first lease showed the image's versions and
 #    that MiniLM loads as float32): GPU, package versions there vs here, the plan (dry run);
 # 2. tests: the GPU-only tests not yet run on a GPU (a fine-tuning step reads nothing back
-#    from the GPU) and lock-step against each cell alone on CUDA;
+#    from the GPU, its batches come pinned) and lock-step against each cell alone on CUDA;
 # 3. bench: fair_heads_gpu, part after part (BENCH_ARGS, parts separated by `::`), resumed
 #    from the carried run directories: fine-tuning (every frozen cell is done), packed 4 to
 #    the GPU, on the small tasks, then on SST-2, as CUDA graphs (the preset pins the choice
@@ -16,8 +16,9 @@
 #    of the time, into $OUT/perf_gpu.json, resumed from the carried figures of the machine's
 #    GPU model (benchmarks/perf_files.py): fine-tuning end to end (eager, CUDA graphs and
 #    compiled headbench, then the Trainer), the anatomy of a step (operators, kernels, GPU
-#    busy time and where the host waits, bf16 too), lock-step (the stacked step), FLOP/s,
-#    packing, grid.
+#    busy time and where the host waits, bf16 too; eager headbench against the Trainer
+#    first: a side saved before batches were pinned is measured again), lock-step (the
+#    stacked step), FLOP/s, packing, grid.
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -29,7 +30,7 @@ out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-tests bench perf}
 perf_args=${PERF_ARGS:---parts finetune,steps,lockstep,flops,packed,grid \
---steps-sides headbench,headbench_graphs,headbench_compile,hf_trainer,headbench_bf16 \
+--steps-sides headbench,hf_trainer,headbench_graphs,headbench_compile,headbench_bf16 \
 --ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
 --ft-train-size 16000 --ft-epochs 1 --lockstep-cells 20 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack \
@@ -59,6 +60,7 @@ for s in $steps; do
   tests)
     step 100 tests \
       tests/test_step_anatomy.py::test_on_a_gpu_headbench_steps_read_nothing_back \
+      tests/test_pinning.py::test_a_gpu_trainers_batches_come_pinned \
       tests/test_lockstep.py::test_on_a_gpu_lockstep_agrees_with_each_cell_alone
     ;;
   # shellcheck disable=SC2086  # the argument lists split on purpose

@@ -73,7 +73,14 @@ from bench.run.gpu_sampler import GpuSampler
 from bench.run.provenance import git_commit, hardware
 from bench.run.timing import BATCH_COUNTS, count_batch, minor_faults
 from benchmarks.perf_files import perf_file_name
-from benchmarks.step_anatomy import GRAPHS_OVERRIDES, STEP_SIDES, run_steps, steps_table
+from benchmarks.step_anatomy import (
+    GRAPHS_OVERRIDES,
+    STEP_SIDES,
+    batches_pinned,
+    recorded_pinned,
+    run_steps,
+    steps_table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ("linear", "pooler", "last4_concat", "bilstm")
@@ -610,6 +617,8 @@ def _finetune_run(args: argparse.Namespace, name: str, work: Path) -> dict[str, 
         run["malloc"] = malloc
     usage = resource.getrusage(resource.RUSAGE_SELF)
     run.update(
+        batches_pinned=batches_pinned("headbench" if name in HEADBENCH_SIDES else "hf_trainer"),
+        git=git_commit(),  # the code that measured this run (a part may span several)
         torch_threads=torch.get_num_threads(),
         peak_rss_mb=usage.ru_maxrss / 1024,
         minor_faults=usage.ru_minflt,
@@ -1109,6 +1118,21 @@ def _finetune_table(ft: dict[str, Any], summary: dict[str, Any], fl: dict[str, A
     return lines
 
 
+def _unpinned_note(ft: dict[str, Any], machine: dict[str, Any] | None) -> list[str]:
+    """On a GPU, a line naming the sides whose batches came from pageable host memory."""
+    on_gpu = ((machine or {}).get("device") or {}).get("kind") == "cuda"
+    unpinned = sorted(
+        {r["framework"] for r in ft.get("runs") or [] if not recorded_pinned(r, on_gpu)}
+    )
+    if not on_gpu or not unpinned:
+        return []
+    return [
+        "",
+        f"Batches from pageable (not pinned) host memory in: {', '.join(unpinned)} (runs "
+        "measured before bench/data/pinning.py, or a Trainer set not to pin).",
+    ]
+
+
 def _peak_where(fl: dict[str, Any]) -> str:
     """Where the peak was measured: the GPU (and its fp32 matmul precision) or CPU threads."""
     if fl.get("device") == "cuda":
@@ -1164,6 +1188,8 @@ def table(state: dict[str, Any]) -> str:
     summary = ft.get("summary") or {}
     if summary:
         lines += _finetune_table(ft, summary, state.get("flops") or {})
+        machine = (state.get("part_machine") or {}).get("finetune") or state.get("machine")
+        lines += _unpinned_note(ft, machine)
     lines += _lockstep_table(state.get("lockstep") or {})
     lines += _packed_table(state.get("packed") or {})
     lines += steps_table(state.get("steps") or {}, (state.get("part_machine") or {}).get("steps"))

@@ -48,6 +48,9 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from bench.data.pinning import pins_batches
+from bench.run.provenance import git_commit
+
 #: What ``headbench_graphs`` adds to the cell (here and in part 2): the encoder compiled and
 #: replayed as CUDA graphs, one recorded per batch shape, its batches padded to a multiple of
 #: 8 tokens so that there are few shapes (on a CPU no graphs: it compiles as the default mode).
@@ -83,6 +86,35 @@ LAUNCHES = frozenset(
 SYNCS = frozenset(
     ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 )
+
+
+def batches_pinned(framework: str) -> bool:
+    """Whether ``framework``'s training batches reach the device from pinned host memory here.
+
+    headbench pins batches bound for a CUDA device (:mod:`bench.data.pinning`); the HF
+    ``Trainer``'s loader pins on CUDA by default (``dataloader_pin_memory``). On a CPU neither
+    pins: there is no copy to make.
+
+    Args:
+        framework: ``headbench`` or ``hf_trainer`` (a side's ``framework``).
+    """
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return pins_batches(device) if framework == "headbench" else device.type == "cuda"
+
+
+def recorded_pinned(record: dict[str, Any], on_gpu: bool) -> bool:
+    """Whether a saved side's (or run's) batches were pinned.
+
+    A record from before the field existed was measured with headbench's batches not pinned
+    and the Trainer's pinned on a GPU (its default).
+
+    Args:
+        record: A ``steps`` side or a ``finetune`` run.
+        on_gpu: Whether it was measured on a GPU.
+    """
+    if "batches_pinned" in record:
+        return bool(record["batches_pinned"])
+    return on_gpu and not str(record.get("framework", "")).startswith("headbench")
 
 
 @dataclass(frozen=True)
@@ -318,11 +350,37 @@ def profile_side(args: argparse.Namespace, side: str, work: Path) -> dict[str, A
         "side": side,
         "framework": framework,
         "precision": precision,
+        "batches_pinned": batches_pinned(framework),
+        "git": git_commit(),  # the code that measured this side (a part may span several)
         **window.record(),
         "status": run.get("status", "ok"),  # the Trainer side raises instead of failing
         "reason": run.get("reason"),
         "dev_accuracy": run["dev_accuracy"],
     }
+
+
+def sides_to_measure(saved: dict[str, Any], wanted: Iterable[str], on_gpu: bool) -> list[str]:
+    """The sides of ``wanted`` that a run measures, in order.
+
+    Those not saved, and those saved from batches pinned otherwise than this code pins them
+    (:func:`batches_pinned`): such a side is stale.
+
+    Args:
+        saved: The part's saved sides.
+        wanted: The sides asked for (``--steps-sides``), in order.
+        on_gpu: Whether this machine (which measured ``saved``: a file never resumes on
+            another device) has a GPU.
+    """
+    out = []
+    for side in wanted:
+        record = saved.get(side)
+        if record is not None:
+            pinned = recorded_pinned(record, on_gpu)
+            if pinned == batches_pinned(STEP_SIDES[side][0]):
+                continue
+            print(f"[steps {side}] saved with batches pinned={pinned}: measured again")
+        out.append(side)
+    return out
 
 
 def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
@@ -343,9 +401,7 @@ def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     one_epoch = argparse.Namespace(
         **{**vars(args), "ft_epochs": 1, "ft_train_size": args.steps_train_size}
     )
-    for side in args.steps_sides:
-        if side in sides:
-            continue
+    for side in sides_to_measure(sides, args.steps_sides, torch.cuda.is_available()):
         (record,) = perf._in_fresh_processes(profile_side, [(one_epoch, side, work / side)])
         sides[side] = record
         s = record["summary"] or {}
@@ -356,6 +412,11 @@ def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
             flush=True,
         )
         save()
+
+
+def _framework_of(side: str) -> dict[str, str]:
+    """``{"framework": ...}`` of a side of :data:`STEP_SIDES` (nothing for another name)."""
+    return {"framework": STEP_SIDES[side][0]} if side in STEP_SIDES else {}
 
 
 def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> list[str]:
@@ -421,6 +482,12 @@ def steps_table(part: dict[str, Any], machine: dict[str, Any] | None = None) -> 
                 f"| {s['syncs']:.1f} | {s['memcpy']:.1f} |"
             )
         lines.append(row)
+    if gpu:
+        pinned = ", ".join(
+            f"{side} {'yes' if recorded_pinned(_framework_of(side) | r, True) else 'no'}"
+            for side, r in sides.items()
+        )
+        lines += ["", f"Batches in pinned host memory (bench/data/pinning.py): {pinned}."]
     waits = [
         f"- {side}: "
         + ", ".join(f"{n:.1f} {where}" for where, n in r["summary"]["sync_sources"].items())

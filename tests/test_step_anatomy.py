@@ -17,7 +17,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.run.timing import TrainLoopTimer
 from bench.run.train import run
-from benchmarks.step_anatomy import Event, StepWindow, steps_table, summarise
+from benchmarks.step_anatomy import (
+    STEP_SIDES,
+    Event,
+    StepWindow,
+    batches_pinned,
+    recorded_pinned,
+    sides_to_measure,
+    steps_table,
+    summarise,
+)
 
 
 def _loop(steps: int, window: StepWindow) -> None:
@@ -217,6 +226,36 @@ def test_the_table_shows_gpu_columns_and_why_a_side_has_no_window():
     assert "| headbench_compile | BackendCompilerFailed: no / compiler |" in text
     assert "| hf_trainer | training ended before the window closed |" in text
     assert "Where the host waited" not in text  # no sync in the window: no list
+    # Saved before pinning existed: headbench's batches were pageable, the Trainer's pinned.
+    pinned = "headbench no, headbench_compile no, hf_trainer yes."
+    assert f"Batches in pinned host memory (bench/data/pinning.py): {pinned}" in text
     gpu.update(sync_sources={"cudaStreamSynchronize in aten::is_nonzero": 1.0})
     text = "\n".join(steps_table(part, machine))
     assert "- headbench: 1.0 cudaStreamSynchronize in aten::is_nonzero" in text
+
+
+def test_pinning_is_what_the_device_gives_and_old_records_read_as_measured():
+    on_gpu = torch.cuda.is_available()
+    assert batches_pinned("headbench") is on_gpu
+    assert batches_pinned("hf_trainer") is on_gpu
+    # A record from before the field: headbench pageable; the Trainer pinned on a GPU only.
+    assert not recorded_pinned({"framework": "headbench"}, on_gpu=True)
+    assert not recorded_pinned({"framework": "headbench_graphs"}, on_gpu=True)
+    assert recorded_pinned({"framework": "hf_trainer"}, on_gpu=True)
+    assert not recorded_pinned({"framework": "hf_trainer"}, on_gpu=False)
+    assert recorded_pinned({"framework": "headbench", "batches_pinned": True}, on_gpu=False)
+
+
+def test_a_saved_side_is_measured_again_only_when_its_batches_were_pinned_otherwise():
+    wanted = ["headbench", "hf_trainer", "headbench_graphs"]
+    here = torch.cuda.is_available()
+    current = {"framework": "headbench", "batches_pinned": here}
+    stale = {"framework": "headbench", "batches_pinned": not here}
+    saved = {"headbench": current, "hf_trainer": {"framework": "hf_trainer"}}
+    assert sides_to_measure(saved, wanted, here) == ["headbench_graphs"]
+    assert sides_to_measure({**saved, "headbench": stale}, wanted, here) == [
+        "headbench",
+        "headbench_graphs",
+    ]
+    assert sides_to_measure({}, wanted, here) == wanted
+    assert {STEP_SIDES[s][0] for s in wanted} == {"headbench", "hf_trainer"}
