@@ -15,7 +15,10 @@ folder, ``.device/`` (carry it), and keeps the tree that travels small:
   of ``conf/experiment/fair_heads_gpu.yaml``), from the folder headbench's data rule finds;
 - ``resume/``: the run directories of the experiment (``<exp>.tar.xz``) and the GPU
   figures (``perf_gpu_<model>.json``, one per GPU model: ``benchmarks/perf_files.py``), so
-  each call resumes where the last one stopped on that model;
+  each call resumes where the last one stopped on that model; and each GPU model's compile
+  cache (``inductor_<model>.tar.xz``: TorchInductor's on-disk caches, which the ``bench``
+  step unpacks so its workers compile the encoder faster), kept only while it fits beside
+  the rest (results come first) and left there by ``restore``;
 - ``git.json``: the commit the copy was made from (a copy without ``.git`` records it in
   every ``result.json`` through ``HEADBENCH_GIT_COMMIT``).
 
@@ -931,7 +934,91 @@ def prepare(args: argparse.Namespace, root: Path) -> None:
                 f"  {len(left)} changed files under results/ or reports/ stay and travel, "
                 f"e.g. {left[0]}"
             )
+    drop_compile_caches_over(root, resume, args.limit_mib)
     check_size(root, (DEVICE_DIR,), args.limit_mib)
+
+
+#: Returned compile caches, one per GPU model (``perf_files.compile_cache_name``).
+COMPILE_CACHE_GLOB = "inductor_*.tar.xz"
+#: The largest compile cache kept: a cache that keeps growing holds stale entries.
+COMPILE_CACHE_MAX_MIB = 16.0
+
+
+def check_compile_cache(archive: Path) -> int:
+    """Check that an archive holds only relative paths of files and folders.
+
+    Returns:
+        The number of files in it.
+
+    Raises:
+        PrepareError: For an unreadable archive, or a member that is absolute, climbs out
+            (``..``) or is neither a file nor a folder.
+    """
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise PrepareError(f"{archive} is not a readable tar archive: {err}") from err
+    bad = [
+        m.name
+        for m in members
+        if m.name.startswith("/") or ".." in m.name.split("/") or not (m.isfile() or m.isdir())
+    ]
+    if bad:
+        raise PrepareError(f"{archive} holds paths a cache folder cannot: {bad[:3]}")
+    return sum(m.isfile() for m in members)
+
+
+def keep_compile_caches(src: Path, resume: Path, root: Path, limit_mib: float) -> int:
+    """Keep the compile caches a call returned, each while it fits; an older one is replaced.
+
+    A cache is optional (a call without one compiles from scratch): one over
+    :data:`COMPILE_CACHE_MAX_MIB`, or one that would take what travels over ``limit_mib``,
+    is left out, saying so, and the older cache of that model is dropped too (it is not the
+    state the last call left).
+
+    Returns:
+        How many were kept.
+    """
+    kept = 0
+    for archive in sorted(src.glob(COMPILE_CACHE_GLOB)):
+        files = check_compile_cache(archive)
+        size = archive.stat().st_size
+        target = resume / archive.name
+        old = target.stat().st_size if target.is_file() else 0
+        total = travel(root).total - old + size
+        why = None
+        if size > COMPILE_CACHE_MAX_MIB * MIB:
+            why = f"over {COMPILE_CACHE_MAX_MIB:g} MiB"
+        elif total > limit_mib * MIB:
+            why = f"what travels would be {total / MIB:.2f} MiB, over {limit_mib:g} MiB"
+        if why:
+            target.unlink(missing_ok=True)
+            print(f"left out {archive.name} ({size / MIB:.2f} MiB): {why}")
+            continue
+        write_atomic(target, archive.read_bytes())
+        print(f"kept {archive.name}: {files} files, {size / MIB:.2f} MiB")
+        kept += 1
+    return kept
+
+
+def drop_compile_caches_over(root: Path, resume: Path, limit_mib: float) -> list[str]:
+    """Remove compile caches from ``resume``, largest first, while what travels is over.
+
+    Results and figures must travel; a compile cache only saves compiling.
+
+    Returns:
+        The names removed.
+    """
+    dropped = []
+    caches = sorted(resume.glob(COMPILE_CACHE_GLOB), key=lambda p: -p.stat().st_size)
+    for cache in caches:
+        if travel(root).total <= limit_mib * MIB:
+            break
+        cache.unlink()
+        dropped.append(cache.name)
+        print(f"  dropped {cache.name}: what travels was over {limit_mib:g} MiB with it")
+    return dropped
 
 
 def keep(args: argparse.Namespace, root: Path) -> None:
@@ -961,6 +1048,7 @@ def keep(args: argparse.Namespace, root: Path) -> None:
         taken += 1
     if not taken:
         raise PrepareError(f"{src} holds neither {archive.name} nor {PERF_FILE}")
+    keep_compile_caches(src, resume, root, args.limit_mib)
     check_size(root, (DEVICE_DIR,), args.limit_mib)
 
 
@@ -984,6 +1072,8 @@ def restore(args: argparse.Namespace, root: Path) -> None:
         write_atomic(root / "results" / perf.name, perf.read_bytes())
         print(f"wrote results/{perf.name}")
         perf.unlink()
+    for cache in sorted(resume.glob(COMPILE_CACHE_GLOB)):
+        print(f"left {cache.relative_to(root)} for the next call (a compile cache, not results)")
     print("next: collect, report and commit (docs/gpu.md, 'Bringing the results home')")
 
 

@@ -10,7 +10,8 @@
 #       sweep, part after part until the deadline -> $OUT/fair_heads_gpu.tar.xz (resumed),
 #       with HB_COMPILE_CHOICE=1 the compile choice of benchmarks/compile_choice.py from
 #       $OUT/perf_gpu.json (this call's perf step) or the carried figures of this GPU model
-#       -> $OUT/compile_choice.json
+#       -> $OUT/compile_choice.json; and this GPU model's compile cache, from and to
+#       .device/resume/inductor_<model>.tar.xz -> $OUT/inductor_<model>.tar.xz
 #
 # The work of each mode stops HB_DEADLINE_S seconds (default 570) after this script started,
 # less what saving needs, so a call with timeout_s=600 always returns its files; `python
@@ -173,6 +174,21 @@ bench)
     tar -xJf "$dev/resume/$exp.tar.xz" -C "$root" || exit 2
     summarize_runs
   fi
+  # TorchInductor's on-disk caches (FX graphs, AOT autograd, Triton kernels) of this GPU
+  # model, carried from the last call and returned for the next: each gpu_pack worker
+  # compiles the encoder once a call, and on a warm cache that takes a fraction of the time
+  # (docs/gpu.md). Cells compute the same either way; a stale or unreadable cache only misses.
+  cache_file=$("$py" benchmarks/perf_files.py --compile-cache) || exit 2
+  export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/headbench-inductor}
+  mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+  if [ -f "$dev/resume/$cache_file" ]; then
+    if tar -xJf "$dev/resume/$cache_file" -C "$TORCHINDUCTOR_CACHE_DIR"; then
+      echo "[device_run bench] compile cache: .device/resume/$cache_file" \
+        "($(du -sh "$TORCHINDUCTOR_CACHE_DIR" | cut -f1) unpacked)"
+    else
+      echo "[device_run bench] compile cache .device/resume/$cache_file unreadable: compiling afresh"
+    fi
+  fi
   # HB_COMPILE_CHOICE=1: fine-tuning cells compile their encoder or not as perf.py's finetune
   # part says (the rule of benchmarks/compile_choice.py), its overrides going to every part;
   # no figures, no launch. Off by default: the preset pins the choice the first H100 lease
@@ -221,6 +237,11 @@ bench)
       --exclude=hydra.yaml --exclude=wandb --exclude=mlflow-artifacts -cf - "$runs" |
       xz -T0 -6 >"$out/$exp.tar.xz.part" && mv "$out/$exp.tar.xz.part" "$out/$exp.tar.xz"
     ls -l "$out/$exp.tar.xz"
+  fi
+  if [ -n "$(ls -A "$TORCHINDUCTOR_CACHE_DIR")" ]; then
+    tar -C "$TORCHINDUCTOR_CACHE_DIR" -cf - . | xz -T0 -6 >"$out/$cache_file.part" &&
+      mv "$out/$cache_file.part" "$out/$cache_file"
+    ls -l "$out/$cache_file"
   fi
   if [ "$(stat -c %s "$out/bench.log")" -gt $((12 * 1024 * 1024)) ]; then
     xz -T0 "$out/bench.log"

@@ -404,6 +404,56 @@ def test_gpu_figures_are_kept_and_restored_per_gpu_model(
     assert not list(resume.glob("perf_gpu*"))
 
 
+def _h100_figures(folder: Path) -> None:
+    device = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    write(folder / "perf_gpu.json", text=json.dumps({"machine": {"device": device}}))
+
+
+def test_a_compile_cache_is_kept_per_gpu_model_while_it_fits_and_restore_leaves_it(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--root", str(repo), "--experiment", "exp"]
+    returned = tmp_path / "files_at"
+    returned.mkdir()
+    _h100_figures(returned)
+    _runs_archive(returned / "inductor_h100.tar.xz", {"fxgraph/ab/entry": "kernels", "lock": ""})
+    dp.main([*args, "keep", str(returned)])
+    resume = repo / ".device" / "resume"
+    kept = resume / "inductor_h100.tar.xz"
+    assert kept.read_bytes() == (returned / "inductor_h100.tar.xz").read_bytes()
+    assert "kept inductor_h100.tar.xz: 2 files" in capsys.readouterr().out
+
+    # One that would take what travels over the limit is left out, and the older one dropped
+    # (it is not what the last call left).
+    with pytest.raises(SystemExit):  # the tiny limit also fails keep's own size check
+        dp.main([*args, "--limit-mib", "0.001", "keep", str(returned)])
+    assert "left out inductor_h100.tar.xz" in capsys.readouterr().out
+    assert not kept.exists()
+
+    dp.main([*args, "keep", str(returned)])
+    dp.main([*args, "restore"])
+    assert kept.is_file()  # not results: it waits for the next call
+    assert "left .device/resume/inductor_h100.tar.xz for the next call" in capsys.readouterr().out
+
+    # prepare removes it when what travels would be over the limit with it, results stay.
+    dropped = dp.drop_compile_caches_over(repo, resume, limit_mib=0.001)
+    assert dropped == ["inductor_h100.tar.xz"] and not kept.exists()
+    assert dp.drop_compile_caches_over(repo, resume, limit_mib=0.001) == []
+
+
+def test_keep_refuses_a_compile_cache_that_climbs_out(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    returned = tmp_path / "files_at"
+    returned.mkdir()
+    _h100_figures(returned)
+    _runs_archive(returned / "inductor_h100.tar.xz", {"../../evil": "x"})
+    with pytest.raises(SystemExit) as stop:
+        dp.main(["--root", str(repo), "--experiment", "exp", "keep", str(returned)])
+    assert stop.value.code == 2 and "paths a cache folder cannot" in capsys.readouterr().err
+    assert not (repo / ".device" / "resume" / "inductor_h100.tar.xz").exists()
+
+
 def test_keep_refuses_an_archive_with_paths_outside_the_runs(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -466,7 +516,8 @@ def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
 
 
 # Stands in for the device's python (whose wheels are cp312 and cannot install here): pip
-# succeeds, `-m bench` records its arguments and behaves as the part's first override says,
+# succeeds, `-m bench` records its arguments and behaves as the part's first override says
+# (fails, is slow, or adds an entry to the compile cache),
 # and compile_choice.py (tested on its own in test_compile_choice.py) prints $CHOICE, or
 # finds no figures (exit 3) when it is unset.
 _DEVICE_PYTHON = """#!/usr/bin/env bash
@@ -478,7 +529,11 @@ if [ "$1" = "benchmarks/compile_choice.py" ]; then
 fi
 if [ "$1 $2" = "-m bench" ]; then
   echo "$*" >>"$CALLS"
-  case "$5" in fail=*) exit 1 ;; slow=*) sleep 7 ;; esac
+  case "$5" in
+  fail=*) exit 1 ;;
+  slow=*) sleep 7 ;;
+  compile=*) echo k >"$TORCHINDUCTOR_CACHE_DIR/new" ;; # what compiling adds to the cache
+  esac
   exit 0
 fi
 exec "$REAL_PYTHON" "$@"
@@ -488,7 +543,8 @@ exec "$REAL_PYTHON" "$@"
 def _device_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A copy with device_run.sh and an empty .device, and the environment of a bench call."""
     root = tmp_path / "copy"
-    write(root / "benchmarks/device_run.sh", text=(ROOT / "benchmarks/device_run.sh").read_text())
+    for name in ("device_run.sh", "perf_files.py"):
+        write(root / "benchmarks" / name, text=(ROOT / "benchmarks" / name).read_text())
     (root / ".device" / "whl").mkdir(parents=True)
     (root / ".device" / "site").mkdir()
     subprocess.run(
@@ -505,6 +561,7 @@ def _device_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         "OUT": str(tmp_path / "out"),
         "HEADBENCH_DATA": str(tmp_path / "data"),
         "HB_SITE": str(tmp_path / "site"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
     }
     return root, env
 
@@ -554,6 +611,26 @@ def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls == ["-m bench -m experiment=fair_heads_gpu freeze=full"]
+
+
+def test_device_run_bench_starts_from_the_carried_compile_cache_and_returns_it(
+    tmp_path: Path,
+) -> None:
+    """The cache of this machine's model (here ``cpu``) is unpacked where the sweep's
+    TorchInductor looks (TORCHINDUCTOR_CACHE_DIR), and what it holds after is returned."""
+    root, env = _device_copy(tmp_path)
+    (root / ".device" / "resume").mkdir()
+    _runs_archive(root / ".device/resume/inductor_cpu.tar.xz", {"./fxgraph/old": "o"})
+    command = ["bash", str(root / "benchmarks/device_run.sh"), "bench", "compile=1"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compile cache: .device/resume/inductor_cpu.tar.xz" in done.stdout
+    cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+    assert (cache / "fxgraph" / "old").read_text() == "o"
+    with tarfile.open(tmp_path / "out" / "inductor_cpu.tar.xz") as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    assert names == {"./fxgraph/old", "./new"}
+    assert dp.check_compile_cache(tmp_path / "out" / "inductor_cpu.tar.xz") == 2
 
 
 def _plan_default(name: str) -> list[str]:
