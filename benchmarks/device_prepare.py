@@ -825,6 +825,19 @@ def pack_runs(root: Path, experiment: str, archive: Path) -> bool:
     return True
 
 
+def tar_members(archive: Path) -> list[tarfile.TarInfo]:
+    """The members of a tar archive (any compression).
+
+    Raises:
+        PrepareError: For an unreadable archive.
+    """
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            return tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise PrepareError(f"{archive} is not a readable tar archive: {err}") from err
+
+
 def check_runs_archive(archive: Path, experiment: str) -> int:
     """Check that an archive holds only ``results/<experiment>/runs/...`` paths.
 
@@ -835,11 +848,7 @@ def check_runs_archive(archive: Path, experiment: str) -> int:
         PrepareError: For an unreadable archive or a member outside that folder.
     """
     prefix = f"results/{experiment}/runs"
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise PrepareError(f"{archive} is not a readable tar archive: {err}") from err
+    members = tar_members(archive)
     bad = [
         m.name
         for m in members
@@ -954,11 +963,7 @@ def check_compile_cache(archive: Path) -> int:
         PrepareError: For an unreadable archive, or a member that is absolute, climbs out
             (``..``) or is neither a file nor a folder.
     """
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise PrepareError(f"{archive} is not a readable tar archive: {err}") from err
+    members = tar_members(archive)
     bad = [
         m.name
         for m in members

@@ -404,19 +404,20 @@ def test_gpu_figures_are_kept_and_restored_per_gpu_model(
     assert not list(resume.glob("perf_gpu*"))
 
 
-def _h100_figures(folder: Path) -> None:
+def _returned_with_cache(tmp_path: Path, cache: dict[str, str]) -> Path:
+    """What an H100 call returns: its figures and a compile cache holding ``cache``."""
+    returned = tmp_path / "files_at"
     device = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"}
-    write(folder / "perf_gpu.json", text=json.dumps({"machine": {"device": device}}))
+    write(returned / "perf_gpu.json", text=json.dumps({"machine": {"device": device}}))
+    _runs_archive(returned / "inductor_h100.tar.xz", cache)
+    return returned
 
 
 def test_a_compile_cache_is_kept_per_gpu_model_while_it_fits_and_restore_leaves_it(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["--root", str(repo), "--experiment", "exp"]
-    returned = tmp_path / "files_at"
-    returned.mkdir()
-    _h100_figures(returned)
-    _runs_archive(returned / "inductor_h100.tar.xz", {"fxgraph/ab/entry": "kernels", "lock": ""})
+    returned = _returned_with_cache(tmp_path, {"fxgraph/ab/entry": "kernels", "lock": ""})
     dp.main([*args, "keep", str(returned)])
     resume = repo / ".device" / "resume"
     kept = resume / "inductor_h100.tar.xz"
@@ -444,10 +445,7 @@ def test_a_compile_cache_is_kept_per_gpu_model_while_it_fits_and_restore_leaves_
 def test_keep_refuses_a_compile_cache_that_climbs_out(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    returned = tmp_path / "files_at"
-    returned.mkdir()
-    _h100_figures(returned)
-    _runs_archive(returned / "inductor_h100.tar.xz", {"../../evil": "x"})
+    returned = _returned_with_cache(tmp_path, {"../../evil": "x"})
     with pytest.raises(SystemExit) as stop:
         dp.main(["--root", str(repo), "--experiment", "exp", "keep", str(returned)])
     assert stop.value.code == 2 and "paths a cache folder cannot" in capsys.readouterr().err
