@@ -43,7 +43,8 @@ utilisation from ``nvidia-smi``; nothing on a CPU); each part records the commit
 measured it (``part_git``); the table ends with the figures against their targets.
 
 Each part is saved to the output file as it finishes (uncached grid cells one by one), and
-a rerun with the same settings skips what is already measured.
+a rerun with the same settings skips what is already measured (:func:`settle_part`); a part
+saved with other settings is measured afresh, the saved one kept under ``superseded``.
 """
 
 from __future__ import annotations
@@ -178,6 +179,50 @@ def _same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
     )
 
 
+def settle_part(state: dict[str, Any], name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The part ``name`` a run resumes or starts, its commit and machine recorded.
+
+    The saved part when it was measured with ``settings``: a run goes on from what it holds.
+    Otherwise a fresh part; one saved with other settings is not dropped but kept under
+    ``superseded[name]`` (with the commit and the machine that measured it), and a line says
+    so. ``part_git[name]`` and ``part_machine[name]`` then name this run's code and machine.
+
+    Args:
+        state: The output file's contents (``machine`` already this run's).
+        name: One of :data:`PARTS`.
+        settings: What the part's figures depend on.
+
+    Returns:
+        ``state[name]``.
+    """
+    part = state.get(name)
+    if part is not None and part.get("settings") != settings:
+        state.setdefault("superseded", {}).setdefault(name, []).append(
+            {
+                "part": part,
+                "part_git": (state.get("part_git") or {}).get(name),
+                "part_machine": (state.get("part_machine") or {}).get(name),
+            }
+        )
+        print(f"[{name}] saved with other settings: kept under superseded.{name}; measured afresh")
+        part = None
+    if part is None:
+        part = state[name] = {"settings": settings}
+    state.setdefault("part_git", {})[name] = git_commit()
+    state.setdefault("part_machine", {})[name] = state["machine"]
+    return part
+
+
+#: The key a one-shot part holds once it is measured (before, only its settings).
+_RESULT_KEY = {"lockstep": "ratio", "packed": "ratio", "flops": "peak_flop_per_s"}
+
+
+def measured(state: dict[str, Any], name: str) -> dict[str, Any]:
+    """A one-shot part (:data:`_RESULT_KEY`) when it holds its figures, else ``{}``."""
+    part = state.get(name) or {}
+    return part if _RESULT_KEY[name] in part else {}
+
+
 def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None:
     """Part 5 (#22 item 2): N frozen cells in lock-step vs N x one cell, same process."""
     from bench.run.lockstep import group_cells, train_group
@@ -186,6 +231,21 @@ def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     heads = [h.strip() for h in args.lockstep_heads.split(",") if h.strip()]
     seeds = math.ceil(args.lockstep_cells / len(heads))
     cells = [(h, s) for s in range(1, seeds + 1) for h in heads][: args.lockstep_cells]
+    settings = {
+        "encoder": args.encoder,
+        "task": args.task,
+        "train_size": args.train_size,
+        "epochs": args.epochs,
+        "max_length": args.max_length,
+        "batch_size": args.batch_size,
+        "heads": heads,
+        "cells": len(cells),
+        "threads": args.grid_threads,
+    }
+    part = settle_part(state, "lockstep", settings)
+    if measured(state, "lockstep"):
+        print("[lockstep] measured with these settings: skipped")
+        return
     work = Path(tempfile.mkdtemp(prefix="headbench-lockstep-"))
     torch.set_num_threads(args.grid_threads)
     cfgs = [_compose(_lockstep_overrides(args, h, s, work / "cache")) for h, s in cells]
@@ -227,35 +287,26 @@ def run_lockstep(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     for (head, _), result in zip(cells, alone, strict=True):
         by_head.setdefault(head, []).append(result["wall_time_s"])
     one = statistics.median(r["throughput"]["examples_per_s"] for r in alone if r["throughput"])
-    state["lockstep"] = {
-        "settings": {
-            "encoder": args.encoder,
-            "task": args.task,
-            "train_size": args.train_size,
-            "epochs": args.epochs,
-            "max_length": args.max_length,
-            "batch_size": args.batch_size,
-            "heads": heads,
-            "cells": len(cells),
-            "threads": args.grid_threads,
-        },
-        "groups": [len(m) for m in groups],
-        "group_details": loops,
-        "alone_by_head": {
-            h: {"cells": len(w), "wall_s": sum(w), "median_wall_s": statistics.median(w)}
-            for h, w in by_head.items()
-        },
-        "trained_alone": sorted(set(single.values())),
-        "cells_trained_alone": len(single),
-        "alone_s": alone_s,
-        "lockstep_s": lockstep_s,
-        "ratio": alone_s / lockstep_s,
-        "one_cell_wall_s": statistics.median(r["wall_time_s"] for r in alone),
-        "one_cell_examples_per_s": one,
-        "lockstep_head_examples_per_s": head_examples / loop_s if loop_s else None,
-        "cells_differing": sum(not _same_cell(alone[i], together[i]) for i in range(len(cfgs))),
-        "gpu_utilisation": {"alone": alone_gpu.summary(), "lockstep": lockstep_gpu.summary()},
-    }
+    part.update(
+        {
+            "groups": [len(m) for m in groups],
+            "group_details": loops,
+            "alone_by_head": {
+                h: {"cells": len(w), "wall_s": sum(w), "median_wall_s": statistics.median(w)}
+                for h, w in by_head.items()
+            },
+            "trained_alone": sorted(set(single.values())),
+            "cells_trained_alone": len(single),
+            "alone_s": alone_s,
+            "lockstep_s": lockstep_s,
+            "ratio": alone_s / lockstep_s,
+            "one_cell_wall_s": statistics.median(r["wall_time_s"] for r in alone),
+            "one_cell_examples_per_s": one,
+            "lockstep_head_examples_per_s": head_examples / loop_s if loop_s else None,
+            "cells_differing": sum(not _same_cell(alone[i], together[i]) for i in range(len(cfgs))),
+            "gpu_utilisation": {"alone": alone_gpu.summary(), "lockstep": lockstep_gpu.summary()},
+        }
+    )
     save()
 
 
@@ -308,10 +359,7 @@ def run_grid(args: argparse.Namespace, state: dict[str, Any], save: Any) -> None
     """Part 1 and 4: uncached vs cached frozen cells, cumulative wall time per grid size."""
     keys = ("encoder", "task", "train_size", "epochs", "max_length", "batch_size")
     settings = {k: getattr(args, k) for k in keys}
-    grid = state.setdefault("grid", {})
-    if grid.get("settings") != settings:
-        grid.clear()
-        grid["settings"] = settings
+    grid = settle_part(state, "grid", settings)
     cells = _grid_cells(args.grid_cells)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-"))
     torch.set_num_threads(args.grid_threads)
@@ -740,10 +788,7 @@ def run_finetune(args: argparse.Namespace, state: dict[str, Any], save: Any) -> 
     settings["fresh_process_per_run"] = True  # runs saved before were all in one process
     settings["frameworks"] = args.ft_frameworks
     settings["headbench_grouping"] = {n: _GROUPING[n] for n in args.ft_frameworks if n in _GROUPING}
-    part = state.setdefault("finetune", {})
-    if part.get("settings") != settings:
-        part.clear()
-        part["settings"] = settings
+    part = settle_part(state, "finetune", settings)
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-ft-"))
     order = _finetune_order(args.ft_repeats, args.ft_frameworks)
@@ -867,25 +912,30 @@ def run_flops(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     device = _peak_device()
     n = args.matmul_n or (8192 if device.type == "cuda" else 2048)
     repeats = 3
-    peak = {
-        name: max(matmul_peak(dtype, n, seconds=2.0, device=device) for _ in range(repeats))
-        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
-    }
-    part = {
+    precision = torch.get_float32_matmul_precision()
+    settings = {
         "device": device.type,
         "threads": args.threads,
         "matmul_n": n,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "repeats": repeats,
-        "peak_flop_per_s": peak,
+        "float32_matmul_precision": precision,
     }
+    part = settle_part(state, "flops", settings)
+    if measured(state, "flops"):
+        print("[flops] peak measured with these settings: only the fractions are recomputed")
+    else:
+        part["peak_flop_per_s"] = {
+            name: max(matmul_peak(dtype, n, seconds=2.0, device=device) for _ in range(repeats))
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
+    part.update(settings)  # the table reads these at the part's top level
+    peak = part["peak_flop_per_s"]
     summary = (state.get("finetune") or {}).get("summary") or {}
     for name in FRAMEWORKS:
         if name in summary:
             achieved = summary[name]["flop_per_s"]
             part[f"{name}_fraction_of_fp32_peak"] = achieved / peak["fp32"]
             part[f"{name}_fraction_of_bf16_peak"] = achieved / peak["bf16"]
-    state["flops"] = part
     save()
 
 
@@ -955,35 +1005,41 @@ def run_packed(args: argparse.Namespace, state: dict[str, Any], save: Any) -> No
     plan = pack_count(args, state["machine"]["device"])
     k = plan["cells"]
     seeds = list(range(args.seed, args.seed + k))
+    threads = max(1, args.threads // k)
+    settings = {
+        "encoder": args.encoder,
+        "task": args.task,
+        "ft_train_size": args.ft_train_size,
+        "ft_epochs": args.ft_epochs,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "threads_alone": args.threads,
+        "threads_packed": threads,
+        "seeds": seeds,
+    }
+    part = settle_part(state, "packed", settings)
+    if measured(state, "packed"):
+        print("[packed] measured with these settings: skipped")
+        return
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-pack-"))
     with GpuSampler() as alone_gpu:
         alone_s, alone = _in_processes(args, seeds, args.threads, work / "alone", 1)
     print(f"[packed] {k} cells one after another: {alone_s:.1f} s", flush=True)
-    threads = max(1, args.threads // k)
     with GpuSampler() as packed_gpu:
         packed_s, packed = _in_processes(args, seeds, threads, work / "packed", k)
     print(f"[packed] the same {k} cells at once: {packed_s:.1f} s", flush=True)
-    state["packed"] = {
-        "settings": {
-            "encoder": args.encoder,
-            "task": args.task,
-            "ft_train_size": args.ft_train_size,
-            "ft_epochs": args.ft_epochs,
-            "batch_size": args.batch_size,
-            "max_length": args.max_length,
-            "threads_alone": args.threads,
-            "threads_packed": threads,
-            "seeds": seeds,
-        },
-        "plan": plan,
-        "alone_s": alone_s,
-        "packed_s": packed_s,
-        "ratio": alone_s / packed_s,
-        "dev_accuracy_alone": [r["dev_accuracy"]["final"] for r in alone],
-        "dev_accuracy_packed": [r["dev_accuracy"]["final"] for r in packed],
-        "status": [r["status"] for r in alone + packed],
-        "gpu_utilisation": {"alone": alone_gpu.summary(), "packed": packed_gpu.summary()},
-    }
+    part.update(
+        {
+            "plan": plan,
+            "alone_s": alone_s,
+            "packed_s": packed_s,
+            "ratio": alone_s / packed_s,
+            "dev_accuracy_alone": [r["dev_accuracy"]["final"] for r in alone],
+            "dev_accuracy_packed": [r["dev_accuracy"]["final"] for r in packed],
+            "status": [r["status"] for r in alone + packed],
+            "gpu_utilisation": {"alone": alone_gpu.summary(), "packed": packed_gpu.summary()},
+        }
+    )
     save()
 
 
@@ -1187,11 +1243,11 @@ def table(state: dict[str, Any]) -> str:
     ft = state.get("finetune") or {}
     summary = ft.get("summary") or {}
     if summary:
-        lines += _finetune_table(ft, summary, state.get("flops") or {})
+        lines += _finetune_table(ft, summary, measured(state, "flops"))
         machine = (state.get("part_machine") or {}).get("finetune") or state.get("machine")
         lines += _unpinned_note(ft, machine)
-    lines += _lockstep_table(state.get("lockstep") or {})
-    lines += _packed_table(state.get("packed") or {})
+    lines += _lockstep_table(measured(state, "lockstep"))
+    lines += _packed_table(measured(state, "packed"))
     lines += steps_table(state.get("steps") or {}, (state.get("part_machine") or {}).get("steps"))
     lines += gpu_table(state)
     lines += targets(state)
@@ -1245,8 +1301,8 @@ def targets(state: dict[str, Any]) -> list[str]:
     grid = state.get("grid") or {}
     rows = {r["cells"]: r for r in grid_sizes(grid)} if grid else {}
     summary = (state.get("finetune") or {}).get("summary") or {}
-    ls = state.get("lockstep") or {}
-    fl = state.get("flops") or {}
+    ls = measured(state, "lockstep")
+    fl = measured(state, "flops")
     if gpu:
         cached = [
             c["throughput"]["examples_per_s"]
@@ -1329,7 +1385,7 @@ def gpu_table(state: dict[str, Any]) -> list[str]:
         util = _mean_util([r for r in runs if r.get("framework") == name])
         if util is not None:
             rows.append((f"fine-tuning, {_SHORT[name]}", util))
-    ls = (state.get("lockstep") or {}).get("gpu_utilisation") or {}
+    ls = measured(state, "lockstep").get("gpu_utilisation") or {}
     for side in ("alone", "lockstep"):
         util = _mean_util([{"gpu_utilisation": ls.get(side)}])
         if util is not None:
@@ -1588,11 +1644,7 @@ def main(argv: list[str] | None = None) -> None:
         "steps": run_steps,
         "table": lambda *_: None,
     }
-    code = git_commit()  # the code that measured each part (a rerun may resume at another)
-    for name in names:
-        if name != "table":
-            state.setdefault("part_git", {})[name] = code
-            state.setdefault("part_machine", {})[name] = state["machine"]
+    for name in names:  # each part records its commit and machine (settle_part)
         started = time.perf_counter()
         parts[name](args, state, save)
         state.setdefault("part_seconds", {})[name] = time.perf_counter() - started

@@ -392,10 +392,7 @@ def run_steps(args: argparse.Namespace, state: dict[str, Any], save: Any) -> Non
     settings.update(
         train_size=args.steps_train_size, epochs=1, wait=args.steps_wait, active=args.steps_active
     )
-    part = state.setdefault("steps", {})
-    if part.get("settings") != settings:
-        part.clear()
-        part["settings"] = settings
+    part = perf.settle_part(state, "steps", settings)
     sides = part.setdefault("sides", {})
     work = Path(tempfile.mkdtemp(prefix="headbench-perf-steps-"))
     one_epoch = argparse.Namespace(

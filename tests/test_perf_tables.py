@@ -332,7 +332,10 @@ def test_targets_on_a_cpu_follow_the_measurements():
         "machine": {"device": {"kind": "cpu"}},
         "grid": grid,
         "finetune": {"summary": {"speedup": 1.07, "dev_accuracy_gap_points": 0.4}},
-        "flops": {"headbench_fraction_of_fp32_peak": 0.62},
+        "flops": {
+            "peak_flop_per_s": {"fp32": 1e11, "bf16": 2e11},
+            "headbench_fraction_of_fp32_peak": 0.62,
+        },
         "lockstep": _lockstep(100, 400.0, 100.0, 2.0, 50_000.0),
     }
     lines = perf.targets(state)
@@ -485,3 +488,52 @@ def test_the_gpu_tables_in_docs_are_what_the_committed_gpu_measurements_print():
         )
         assert block is not None, path.name
         assert block.group(1).strip() == perf.table(state).strip(), path.name
+
+
+def test_a_part_saved_with_other_settings_is_kept_aside_not_dropped(capsys):
+    machine = {"device": {"kind": "cuda", "name": "NVIDIA H200"}}
+    old = {"settings": {"frameworks": ["headbench", "hf_trainer"]}, "runs": [{"x": 1}]}
+    state = {
+        "machine": machine,
+        "finetune": old,
+        "part_git": {"finetune": {"commit": "abc"}},
+        "part_machine": {"finetune": {"device": {"kind": "cuda", "name": "NVIDIA H200 old"}}},
+    }
+    same = perf.settle_part(state, "finetune", {"frameworks": ["headbench", "hf_trainer"]})
+    assert same is old and "superseded" not in state  # resumed as it is
+    assert state["part_git"]["finetune"] == perf.git_commit()  # this run's code from now on
+    state["part_git"]["finetune"] = {"commit": "abc"}  # as a file from an older run has them
+    state["part_machine"]["finetune"] = {"device": {"kind": "cuda", "name": "NVIDIA H200 old"}}
+    fresh = perf.settle_part(state, "finetune", {"frameworks": ["headbench"]})
+    assert fresh == {"settings": {"frameworks": ["headbench"]}} and state["finetune"] is fresh
+    (aside,) = state["superseded"]["finetune"]
+    assert aside["part"] is old and aside["part_git"] == {"commit": "abc"}
+    assert aside["part_machine"]["device"]["name"] == "NVIDIA H200 old"
+    assert state["part_machine"]["finetune"] is machine
+    assert "kept under superseded.finetune" in capsys.readouterr().out
+    assert perf.measured(state, "lockstep") == {}
+    state["lockstep"] = {"settings": {"cells": 20}}  # settled, not measured yet
+    assert perf.measured(state, "lockstep") == {}
+    state["lockstep"]["ratio"] = 2.0
+    assert perf.measured(state, "lockstep") is state["lockstep"]
+
+
+def test_flops_measured_with_the_same_settings_only_recompute_the_fractions():
+    args = perf._parser().parse_args(["--threads", "1", "--matmul-n", "64"])
+    settings = {
+        "device": "cpu",
+        "threads": 1,
+        "matmul_n": 64,
+        "repeats": 3,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    peak = {"fp32": 4e9, "bf16": 8e9}  # not what this machine measures: kept as saved
+    state = {
+        "machine": {"device": {"kind": "cpu"}},
+        "flops": {"settings": settings, **settings, "peak_flop_per_s": dict(peak)},
+        "finetune": {"summary": {"headbench": {"flop_per_s": 1e9}}},
+    }
+    perf.run_flops(args, state, lambda: None)
+    assert state["flops"]["peak_flop_per_s"] == peak
+    assert state["flops"]["headbench_fraction_of_fp32_peak"] == pytest.approx(0.25)
+    assert state["flops"]["headbench_fraction_of_bf16_peak"] == pytest.approx(0.125)
