@@ -1251,7 +1251,26 @@ def table(state: dict[str, Any]) -> str:
     lines += steps_table(state.get("steps") or {}, (state.get("part_machine") or {}).get("steps"))
     lines += gpu_table(state)
     lines += targets(state)
+    lines += _superseded_line(state)
     return "\n".join(lines)
+
+
+def _superseded_line(state: dict[str, Any]) -> list[str]:
+    """A line naming the parts kept in the file under ``superseded`` (:func:`settle_part`)."""
+    aside = state.get("superseded") or {}
+    if not aside:
+        return []
+    kept = ", ".join(
+        f"{name} ({len(parts)} earlier, at commit "
+        + ", ".join(str((p.get("part_git") or {}).get("commit") or "unknown")[:7] for p in parts)
+        + ")"
+        for name, parts in aside.items()
+    )
+    return [
+        "",
+        f"Kept in the file under `superseded`, measured with other settings than the parts "
+        f"above: {kept}.",
+    ]
 
 
 def _packed_table(pk: dict[str, Any]) -> list[str]:

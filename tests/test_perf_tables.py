@@ -511,6 +511,10 @@ def test_a_part_saved_with_other_settings_is_kept_aside_not_dropped(capsys):
     assert aside["part_machine"]["device"]["name"] == "NVIDIA H200 old"
     assert state["part_machine"]["finetune"] is machine
     assert "kept under superseded.finetune" in capsys.readouterr().out
+    assert perf._superseded_line(state)[-1] == (
+        "Kept in the file under `superseded`, measured with other settings than the parts "
+        "above: finetune (1 earlier, at commit abc)."
+    )
     assert perf.measured(state, "lockstep") == {}
     state["lockstep"] = {"settings": {"cells": 20}}  # settled, not measured yet
     assert perf.measured(state, "lockstep") == {}
