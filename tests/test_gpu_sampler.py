@@ -111,7 +111,10 @@ def test_perf_gpu_table_lists_only_sampled_parts():
                 {"framework": "hf_trainer", "gpu_utilisation": {"util_mean": 30.0}},
             ]
         },
-        "lockstep": {"gpu_utilisation": {"alone": {"unavailable": "x"}, "lockstep": sampled}},
+        "lockstep": {
+            "ratio": 2.0,  # measured
+            "gpu_utilisation": {"alone": {"unavailable": "x"}, "lockstep": sampled},
+        },
     }
     text = "\n".join(perf.gpu_table(state))
     assert "| frozen grid, cached | 50% |" in text
