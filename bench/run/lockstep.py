@@ -61,7 +61,7 @@ from bench.errors import ConfigError, DivergedError
 from bench.model.adaptation import StageCallback
 from bench.model.compiled import check_compile_mode
 from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_key
-from bench.run import provenance
+from bench.run import interrupts, provenance
 from bench.run.preflight import check_cell
 from bench.run.search import enabled as search_enabled
 from bench.run.search import pending_trials, read_trial, trial_lock
@@ -506,6 +506,8 @@ def train_group(
 
     Raises:
         NotLockstep: When the cells do not share one group key.
+        Interrupted: When the process was told to stop (the cells not finished stay
+            pending).
     """
     keys = {group_key(cfg, selected) for cfg in cfgs}
     if len(keys) != 1:
@@ -513,6 +515,8 @@ def train_group(
             f"{len(keys)} lock-step groups among these cells; train each group on its own "
             "(bench.run.lockstep.group_cells)"
         )
+    interrupts.watch()
+    interrupts.check()  # a process told to stop starts no group
     dirs = [Path(d) for d in run_dirs]
     results: list[dict[str, Any] | None] = [None] * len(cfgs)
     index = {id(cfg): i for i, cfg in enumerate(cfgs)}

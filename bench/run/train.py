@@ -3,6 +3,8 @@
 :func:`run` is plain Python (testable without Hydra's entry point); ``bench.run.cli``
 wraps it in ``@hydra.main``. A failing cell never raises out of :func:`run`: its result
 records ``status`` (``ok``, ``failed``, ``diverged``) and the reason, so a sweep goes on.
+A process told to stop (SIGTERM, SIGINT) records nothing for the cell it was training and
+raises :class:`bench.run.interrupts.Interrupted`: the cell stays pending.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from bench.model.module import HeadbenchModule
 from bench.model.task_types import task_type
 from bench.paths import cache_dir
 from bench.results.degenerate import prediction_summary
-from bench.run import provenance
+from bench.run import interrupts, provenance
 from bench.run.allocator import ConfigureMalloc, configure_malloc
 from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
@@ -373,8 +375,14 @@ def run(
 
     Returns:
         The result dict as written: ``status`` is ``ok``, ``failed`` or ``diverged``.
+
+    Raises:
+        Interrupted: When the process was told to stop, before or while training (nothing
+            is recorded: the cell stays pending).
     """
     run_dir = Path(run_dir)
+    interrupts.watch()
+    interrupts.check()  # a process told to stop starts no cell (a launcher's worker would)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     result = new_result(cfg, cell_hash=cell_hash, extra=extra)
@@ -389,12 +397,16 @@ def run(
             raise SearchFailed(failure)
         _train(cfg, run_dir, result, report, tracker)
         result["status"] = "ok"
-    except Exception as err:  # a failing cell is recorded, never fatal to the sweep
-        record_failure(cfg, run_dir, result, err)
-    except BaseException:  # interrupted: the tracker's run ends as killed, the interrupt goes on
-        if tracker is not None:
-            tracker.abort()
-        raise
+    except BaseException as err:
+        stop = interrupts.as_interruption(err)
+        if isinstance(stop, Exception):  # a failing cell is recorded, never fatal to the sweep
+            record_failure(cfg, run_dir, result, stop)
+        else:  # interrupted: nothing recorded, the tracker's run ends as killed, the stop goes on
+            if tracker is not None:
+                tracker.abort()
+            if stop is err:
+                raise
+            raise stop from err
     return finish_result(run_dir, result, started, result_file, tracker)
 
 
@@ -433,7 +445,14 @@ def record_failure(cfg: DictConfig, run_dir: Path, result: dict[str, Any], err: 
         run_dir: The cell's directory (named in the reason when it cannot be written).
         result: The result being built.
         err: What stopped the cell (called from its ``except`` block: the traceback is kept).
+
+    Raises:
+        Interrupted: Instead of recording anything, when the process was told to stop
+            (:mod:`bench.run.interrupts`): ``err`` is then what the stop broke.
     """
+    stop = interrupts.as_interruption(err)
+    if stop is not err:
+        raise stop from err
     if isinstance(err, DivergedError):
         result.update(status="diverged", reason=str(err), diverged_step=err.step)
         log.error("cell %s diverged: %s", cell_path(cfg), err)

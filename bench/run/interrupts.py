@@ -1,0 +1,114 @@
+"""A process told to stop (SIGTERM, SIGINT) stops: nothing it was training counts as failed.
+
+A scheduler's time limit, ``timeout``, a preempted node or Ctrl-C signal the whole process
+group: the training process and its DataLoader workers or TorchInductor's compile workers.
+The helpers die first, and the training process then sees an ordinary error ("DataLoader
+worker ... is killed by signal: Terminated", ``BackendCompilerFailed``) where a cell's
+failure is recorded. Left alone, that records the cell as ``failed`` (so the next launch
+skips it unless ``+rerun_failed=true``) and the process goes on to its next cell: Lightning
+catches SIGTERM while it trains and only sets a flag, and a launcher's worker process
+(loky, gpu_pack) takes the next job it was given, outliving the launch that was stopped.
+
+:func:`watch` makes every cell process record the first stop signal it receives; from then
+on a cell's error is an :class:`Interrupted` (no ``result.json`` is written, the cell stays
+pending and the next launch trains it), and :func:`check` refuses to start another cell.
+A SIGTERM whose previous handler was the default (the process would have died) raises
+:class:`Interrupted` at once, also inside ``Trainer.fit`` (Lightning calls the handler it
+found installed after its own); SIGINT keeps its ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+#: The signals a cell process treats as "stop": a scheduler's or ``timeout``'s, and Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_received: int | None = None
+_previous: dict[int, Any] = {}
+
+
+class Interrupted(SystemExit):
+    """The process received a stop signal: what it was training is left pending, not failed.
+
+    A :class:`SystemExit` (exit status 128 + the signal's number when nothing catches it):
+    ``except Exception`` blocks, which record a cell's failure, let it through.
+
+    Attributes:
+        signum: The signal received.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return f"stopped by {signal.Signals(self.signum).name}: the cell stays pending"
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    global _received
+    if _received is None:
+        _received = signum
+    previous = _previous.get(signum)
+    if callable(previous):
+        previous(signum, frame)  # SIGINT: Python's default raises KeyboardInterrupt
+    elif previous in (signal.SIG_DFL, None):
+        raise Interrupted(signum)  # the process would have died: unwind it instead
+
+
+def watch() -> None:
+    """Record the stop signals this process receives (idempotent; main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        current = signal.getsignal(signum)
+        if current is _handle:
+            continue
+        _previous[signum] = current
+        signal.signal(signum, _handle)
+
+
+def received() -> int | None:
+    """The first stop signal this process received since :func:`watch`, if any."""
+    return _received
+
+
+def check() -> None:
+    """Refuse to start a cell in a process that was told to stop.
+
+    Raises:
+        Interrupted: When a stop signal was received.
+    """
+    if _received is not None:
+        raise Interrupted(_received)
+
+
+def as_interruption(err: BaseException) -> BaseException:
+    """What a cell's error really is: :class:`Interrupted` once the process was told to stop.
+
+    Args:
+        err: What stopped the cell.
+
+    Returns:
+        ``err`` itself when no stop signal was received or it is no ordinary error (already
+        an interruption, ``KeyboardInterrupt``, ``SystemExit``); else an :class:`Interrupted`
+        (raise it ``from err``: the traceback keeps what the stop broke).
+    """
+    if _received is None or not isinstance(err, Exception):
+        return err
+    return Interrupted(_received)
+
+
+def reset() -> None:
+    """Forget a received signal and restore the handlers :func:`watch` replaced (tests)."""
+    global _received
+    _received = None
+    if threading.current_thread() is threading.main_thread():
+        for signum, previous in _previous.items():
+            if signal.getsignal(signum) is _handle and previous is not None:
+                signal.signal(signum, previous)
+    _previous.clear()

@@ -1,0 +1,141 @@
+"""A stop signal leaves the cell being trained pending, and the process starts no other cell.
+
+The case this guards: a deadline's ``timeout`` signals a sweep's whole process group; the
+DataLoader workers die first, the training process saw "DataLoader worker ... is killed by
+signal: Terminated" and recorded the cell as failed, and went on to train the next cell.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig
+
+from bench.cell import config_hash
+from bench.run import interrupts
+from bench.run.resume import cell_state, should_run
+from bench.run.train import record_failure, run
+from conftest import ROOT, tiny_sst2_cell
+
+
+@pytest.fixture(autouse=True)
+def _restore_handlers() -> Iterator[None]:
+    yield
+    interrupts.reset()
+
+
+def test_sigterm_unwinds_a_process_that_would_have_died_and_is_remembered() -> None:
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    interrupts.watch()
+    interrupts.watch()  # idempotent: the default stays what the handler falls back to
+    assert interrupts.received() is None
+    interrupts.check()  # nothing received: a cell may start
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert "SIGTERM" in str(stopped.value)
+    assert interrupts.received() == signal.SIGTERM
+    with pytest.raises(interrupts.Interrupted):
+        interrupts.check()
+    interrupts.reset()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert interrupts.received() is None
+
+
+def test_sigint_keeps_its_keyboard_interrupt() -> None:
+    interrupts.watch()
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts.received() == signal.SIGINT
+
+
+def test_a_handler_installed_before_is_called_not_replaced() -> None:
+    seen: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        interrupts.watch()
+        os.kill(os.getpid(), signal.SIGTERM)  # the earlier handler decides: no exception
+        assert seen == [signal.SIGTERM] and interrupts.received() == signal.SIGTERM
+    finally:
+        interrupts.reset()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_after_a_stop_an_error_is_an_interruption_and_no_failure_is_recorded(
+    compose_cfg: Callable[..., DictConfig], tmp_path: Path
+) -> None:
+    cfg = tiny_sst2_cell(compose_cfg)
+    err = RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+    assert interrupts.as_interruption(err) is err  # no signal yet: an ordinary failure
+    result: dict = {}
+    record_failure(cfg, tmp_path, result, err)
+    assert result["status"] == "failed"
+
+    interrupts.watch()
+    with pytest.raises(interrupts.Interrupted):
+        os.kill(os.getpid(), signal.SIGTERM)
+    stop = interrupts.as_interruption(err)
+    assert isinstance(stop, interrupts.Interrupted) and stop.signum == signal.SIGTERM
+    keyboard = KeyboardInterrupt()
+    assert interrupts.as_interruption(keyboard) is keyboard
+    after: dict = {}
+    with pytest.raises(interrupts.Interrupted) as raised:
+        record_failure(cfg, tmp_path, after, err)
+    assert raised.value.__cause__ is err and after == {}
+    # and a cell asked for after the stop is refused before anything is written
+    with pytest.raises(interrupts.Interrupted):
+        run(cfg, tmp_path / "next")
+    assert not (tmp_path / "next").exists()
+
+
+def test_a_sweep_signalled_mid_training_leaves_its_cell_pending_and_starts_no_other(
+    compose_cfg: Callable[..., DictConfig], data_dir: Path, tmp_path: Path
+) -> None:
+    """SIGTERM to the process group (as ``timeout`` sends it) while the first cell trains
+    with two DataLoader workers: no result is written, the second cell never starts."""
+    runs = tmp_path / "runs"
+    overrides = (
+        "task=sst2",
+        "head=linear",
+        "freeze=full",
+        "encoder=tiny_bert",
+        "data.train_size=3000",  # long epochs: the workers are alive when the signal comes
+        "selection.size=32",
+        "trainer.max_epochs=20",
+        "data.max_length=32",
+        "data.batch_size=16",
+        "data.num_workers=2",
+        f"data.dir={data_dir}",
+        f"runs_dir={runs}",
+        f"results_dir={tmp_path}/results",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "-m", "seed=1,2", *overrides],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    first = runs / "sst2" / "tiny_bert" / "linear" / "full" / "seed=1"
+    deadline = time.monotonic() + 300
+    while not (first / "logs" / "metrics.csv").exists():  # Lightning is in the fit loop
+        assert proc.poll() is None, "the sweep ended before it was signalled"
+        assert time.monotonic() < deadline, "the first cell never started training"
+        time.sleep(0.2)
+    time.sleep(2)  # a few steps in
+    os.killpg(proc.pid, signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert not list(runs.rglob("result.json")), output[-3000:]
+    assert "failed:" not in output
+    assert not (runs / "sst2" / "tiny_bert" / "linear" / "full" / "seed=2").exists()
+    state = cell_state(first, config_hash(compose_cfg(*overrides, "seed=1")))
+    assert state.state == "pending" and should_run(state)  # the next launch trains it
