@@ -7,6 +7,7 @@ signal: Terminated" and recorded the cell as failed, and went on to train the ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,9 +21,25 @@ from omegaconf import DictConfig
 
 from bench.cell import config_hash
 from bench.run import interrupts
+from bench.run.cli import plugin_installed
 from bench.run.resume import cell_state, should_run
 from bench.run.train import record_failure, run
 from conftest import ROOT, tiny_sst2_cell
+
+#: A tiny-BERT fine-tuning cell with long epochs: its two DataLoader workers are alive when
+#: the signal comes.
+LONG_CELL = (
+    "task=sst2",
+    "head=linear",
+    "freeze=full",
+    "encoder=tiny_bert",
+    "data.train_size=3000",
+    "selection.size=32",
+    "trainer.max_epochs=20",
+    "data.max_length=32",
+    "data.batch_size=16",
+    "data.num_workers=2",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -102,16 +119,7 @@ def test_a_sweep_signalled_mid_training_leaves_its_cell_pending_and_starts_no_ot
     with two DataLoader workers: no result is written, the second cell never starts."""
     runs = tmp_path / "runs"
     overrides = (
-        "task=sst2",
-        "head=linear",
-        "freeze=full",
-        "encoder=tiny_bert",
-        "data.train_size=3000",  # long epochs: the workers are alive when the signal comes
-        "selection.size=32",
-        "trainer.max_epochs=20",
-        "data.max_length=32",
-        "data.batch_size=16",
-        "data.num_workers=2",
+        *LONG_CELL,
         f"data.dir={data_dir}",
         f"runs_dir={runs}",
         f"results_dir={tmp_path}/results",
@@ -139,3 +147,43 @@ def test_a_sweep_signalled_mid_training_leaves_its_cell_pending_and_starts_no_ot
     assert not (runs / "sst2" / "tiny_bert" / "linear" / "full" / "seed=2").exists()
     state = cell_state(first, config_hash(compose_cfg(*overrides, "seed=1")))
     assert state.state == "pending" and should_run(state)  # the next launch trains it
+
+
+def test_a_launchers_worker_left_behind_by_a_stopped_launch_trains_nothing_more(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """gpu_pack's loky workers outlive the launch they served (loky ends an idle worker after
+    minutes); told to stop with it, they leave the cells still queued to them untouched (no
+    ``.hydra``, no outputs cleared) instead of starting them."""
+    if not plugin_installed("hydra_plugins.hydra_joblib_launcher"):
+        pytest.skip("hydra/launcher=gpu_pack needs the 'joblib' extra")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "bench", "-m", "seed=1,2,3,4", *LONG_CELL),
+            *(f"data.dir={data_dir}", f"runs_dir={runs}", f"results_dir={tmp_path}/results"),
+            *("report_file=null", "hydra/launcher=gpu_pack", "runtime.cells_per_gpu=2"),
+            "runtime.gpu_memory_gb=80",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    cells = runs / "sst2" / "tiny_bert" / "linear" / "full"
+    try:
+        deadline = time.monotonic() + 300
+        while not (cells / "seed=1" / "logs" / "metrics.csv").exists():
+            assert proc.poll() is None, "the sweep ended before it was signalled"
+            assert time.monotonic() < deadline, "the first cell never started training"
+            time.sleep(0.2)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+        time.sleep(10)  # the workers, if they take the jobs queued to them, take them now
+        assert not list(runs.rglob("result.json"))
+        started = sorted(p.parent.parent.name for p in runs.rglob(".hydra/config.yaml"))
+        assert started == ["seed=1", "seed=2"], "a cell queued to a worker was started"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker, which nobody else ends here

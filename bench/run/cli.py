@@ -40,6 +40,7 @@ from bench.cell import config_hash
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.run_records import log_launch_event
+from bench.run import interrupts
 from bench.run.logs import route_lightning_logs
 from bench.run.plan import plan, print_plan
 from bench.run.resume import (
@@ -85,6 +86,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     from bench.run.search import run_with_search
     from bench.run.train import run
 
+    interrupts.watch()
+    interrupts.check()  # a launcher's worker told to stop leaves its queued cells untouched
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     with cell_lock(run_dir) as mine:  # two launches never train one cell at once
