@@ -66,17 +66,55 @@ print(g.get("commit") or "", str(bool(g.get("dirty"))).lower())' "$dev/git.json"
 fi
 echo "[device_run $mode] set up in ${SECONDS}s; commit ${HEADBENCH_GIT_COMMIT:-unknown}"
 
+# tagged TAG: the processes whose environment holds HB_RUN_TAG=TAG. Every process a command
+# starts inherits it, also those that left its process group or session (TorchInductor's
+# compile workers) and those that outlive it (a launcher's loky workers, which keep their
+# queued jobs when the launching process dies).
+tagged() {
+  local proc
+  for proc in /proc/[0-9]*; do
+    grep -qzxF "HB_RUN_TAG=$1" "$proc/environ" 2>/dev/null && echo "${proc#/proc/}"
+  done
+}
+
+# reap TAG: SIGTERM what is left of a command, SIGKILL after 10 s. Left alone, the next step
+# measures beside it on the same GPU, a `| tee` waits on the pipe it holds, and on a machine
+# kept warm between calls it is still there in the next call.
+reap() {
+  local pids wait_s
+  pids=$(tagged "$1")
+  [ -z "$pids" ] && return 0
+  echo "[device_run] $(wc -w <<<"$pids") processes outlived the command: SIGTERM," \
+    "SIGKILL in 10 s" >&2
+  # shellcheck disable=SC2086  # one pid per word
+  kill -TERM $pids 2>/dev/null
+  for wait_s in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 1
+    pids=$(tagged "$1")
+    [ -z "$pids" ] && return 0
+  done
+  echo "[device_run] SIGKILL after ${wait_s}s: $pids" >&2
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null
+  sleep 1
+}
+
 # run_for RESERVE CMD...: CMD under `timeout`, ending RESERVE seconds before the deadline
-# (SIGTERM to its whole process group, SIGKILL 20 s later).
+# (SIGTERM to its process group, SIGKILL 20 s later), then every process it left reaped
+# (up to 11 s more).
 run_for() {
-  local reserve=$1 left
+  local reserve=$1 left tag rc
   shift
-  left=$((deadline - SECONDS - reserve - 20))
+  left=$((deadline - SECONDS - reserve - 20 - 11))
   if [ "$left" -lt 30 ]; then
     echo "[device_run] only ${left}s left before HB_DEADLINE_S=$deadline: not started" >&2
     return 124
   fi
-  timeout -k 20 "$left" "$@"
+  tag=hb-$$-$RANDOM$RANDOM
+  HB_RUN_TAG=$tag timeout -k 20 "$left" "$@"
+  rc=$?
+  reap "$tag"
+  return $rc
 }
 
 summarize_runs() {

@@ -13,9 +13,11 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -515,11 +517,22 @@ def test_device_run_needs_a_mode_and_the_carried_folder(tmp_path: Path) -> None:
 
 # Stands in for the device's python (whose wheels are cp312 and cannot install here): pip
 # succeeds, `-m bench` records its arguments and behaves as the part's first override says
-# (fails, is slow, or adds an entry to the compile cache),
-# and compile_choice.py (tested on its own in test_compile_choice.py) prints $CHOICE, or
-# finds no figures (exit 3) when it is unset.
+# (fails, is slow, adds an entry to the compile cache, or leaves a process behind),
+# compile_choice.py (tested on its own in test_compile_choice.py) prints $CHOICE, or
+# finds no figures (exit 3) when it is unset, and perf.py with --orphan leaves a process
+# behind. A process left behind ignores SIGTERM, runs in a session of its own (as
+# TorchInductor's compile workers can) and holds the command's stdout; its pid goes to
+# $ORPHAN.
 _DEVICE_PYTHON = """#!/usr/bin/env bash
+orphan() {
+  setsid bash -c 'trap "" TERM; echo $$ >"$ORPHAN"; exec sleep 300' &
+  until [ -s "$ORPHAN" ]; do sleep 0.1; done
+}
 if [ "$1 $2" = "-m pip" ]; then exit 0; fi
+if [ "$1" = "benchmarks/perf.py" ]; then
+  case "$*" in *--orphan*) orphan ;; esac
+  exit 0
+fi
 if [ "$1" = "benchmarks/compile_choice.py" ]; then
   [ -n "${CHOICE:-}" ] || exit 3
   echo "$CHOICE"
@@ -531,6 +544,7 @@ if [ "$1 $2" = "-m bench" ]; then
   fail=*) exit 1 ;;
   slow=*) sleep 7 ;;
   compile=*) echo k >"$TORCHINDUCTOR_CACHE_DIR/new" ;; # what compiling adds to the cache
+  orphan=*) orphan ;;
   esac
   exit 0
 fi
@@ -570,9 +584,10 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     env.update(
         HB_COMPILE_CHOICE="1",
         CHOICE="fast_path.full.compile=default fast_path.full.pad_to_multiple_of=null",
-        # run_for starts a part only with 30 s left after the 60 s packing reserve and the
-        # 20 s kill grace: 115 s gives the first parts 35 s, and none after the 7 s part.
-        HB_DEADLINE_S="115",
+        # run_for starts a part only with 30 s left after the 60 s packing reserve, the 20 s
+        # kill grace and 11 s of reaping: 126 s gives the first parts 35 s, and none after
+        # the 7 s part.
+        HB_DEADLINE_S="126",
     )
     parts = ["a=1", "b=2", "::", "fail=1", "::", "slow=1", "::", "never=1", "::"]
     done = subprocess.run(
@@ -592,6 +607,49 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     ]
     assert done.returncode == 124, done.stdout + done.stderr
     assert "not started" in (tmp_path / "out" / "bench.log").read_text()
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie nobody reaped counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize(
+    ("mode", "args"), [("bench", ["orphan=1"]), ("perf", ["--orphan"])], ids=["bench", "perf"]
+)
+def test_device_run_leaves_no_process_of_a_step_behind(
+    tmp_path: Path, mode: str, args: list[str]
+) -> None:
+    """A process a step started that ignores SIGTERM, left its session and holds the step's
+    stdout (perf's goes through `| tee`) is killed when the step ends, and the call returns
+    then, not when that process would have ended (300 s)."""
+    root, env = _device_copy(tmp_path)
+    env["ORPHAN"] = str(tmp_path / "orphan.pid")
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks/device_run.sh"), mode, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 60
+    pid = int((tmp_path / "orphan.pid").read_text())
+    try:
+        assert _gone(pid), f"process {pid} outlived device_run.sh {mode}"
+    finally:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    logs = (
+        done.stdout + done.stderr + "".join(p.read_text() for p in (tmp_path / "out").glob("*.log"))
+    )
+    assert "1 processes outlived the command" in logs  # said where the step's output goes
+    assert "SIGKILL after 10s" in logs  # it ignored SIGTERM
 
 
 def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Path) -> None:
