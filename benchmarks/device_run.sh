@@ -17,6 +17,7 @@
 # less what saving needs, so a call with timeout_s=600 always returns its files; `python
 # benchmarks/device_prepare.py keep <files_at>` then makes them the next call's start.
 # Environment: OUT (the tool's; default .device/out), HB_EXPERIMENT (fair_heads_gpu),
+# HB_MIN_PART_S (150: a bench part with less time to run is not started),
 # HB_DEADLINE_S (570), PYTHON (python3), HB_SITE (/tmp/site: where the wheels go),
 # HB_COMPILE_CHOICE (0; 1: bench launches with compile_choice.py's overrides).
 set -uo pipefail
@@ -101,13 +102,14 @@ reap() {
 
 # run_for RESERVE CMD...: CMD under `timeout`, ending RESERVE seconds before the deadline
 # (SIGTERM to its process group, SIGKILL 20 s later), then every process it left reaped
-# (up to 11 s more).
+# (up to 11 s more). Not started with less than MIN_S seconds (default 30) to run.
 run_for() {
   local reserve=$1 left tag rc
   shift
   left=$((deadline - SECONDS - reserve - 20 - 11))
-  if [ "$left" -lt 30 ]; then
-    echo "[device_run] only ${left}s left before HB_DEADLINE_S=$deadline: not started" >&2
+  if [ "$left" -lt "${MIN_S:-30}" ]; then
+    echo "[device_run] only ${left}s left before HB_DEADLINE_S=$deadline, under" \
+      "${MIN_S:-30}s: not started" >&2
     return 124
   fi
   tag=hb-$$-$RANDOM$RANDOM
@@ -260,7 +262,10 @@ bench)
     echo "[device_run] python -m bench -m experiment=$exp ${part[*]} ${choice[*]} (log: \$OUT/bench.log)" |
       tee -a "$out/bench.log"
     # 60 s kept for packing the run directories into $OUT.
-    run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" "${choice[@]}" \
+    # A part shorter than HB_MIN_PART_S finishes nothing: each worker starts, compiles the
+    # encoder and trains its setting's first trial before any cell (on the H100, a part of
+    # 90 s finished none: results/device_logs/2026-11-27-h100/call2-bench.log).
+    MIN_S=${HB_MIN_PART_S:-150} run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" "${choice[@]}" \
       >>"$out/bench.log" 2>&1
     part_rc=$?
     echo "[device_run] part exit $part_rc after ${SECONDS}s" | tee -a "$out/bench.log"

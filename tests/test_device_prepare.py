@@ -588,6 +588,7 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
         # kill grace and 11 s of reaping: 126 s gives the first parts 35 s, and none after
         # the 7 s part.
         HB_DEADLINE_S="126",
+        HB_MIN_PART_S="30",
     )
     parts = ["a=1", "b=2", "::", "fail=1", "::", "slow=1", "::", "never=1", "::"]
     done = subprocess.run(
@@ -607,6 +608,22 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     ]
     assert done.returncode == 124, done.stdout + done.stderr
     assert "not started" in (tmp_path / "out" / "bench.log").read_text()
+
+
+def test_device_run_bench_starts_no_part_too_short_to_finish_a_cell(tmp_path: Path) -> None:
+    """Under HB_MIN_PART_S (150 s by default) left to run, a part is not started: its workers
+    would start, compile and train a first trial, and be stopped before any cell."""
+    root, env = _device_copy(tmp_path)
+    env["HB_DEADLINE_S"] = "240"  # 240 - 60 packing - 20 kill grace - 11 reaping < 150
+    done = subprocess.run(
+        ["bash", str(root / "benchmarks/device_run.sh"), "bench", "a=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 124, done.stdout + done.stderr
+    assert not (tmp_path / "calls").exists()
+    assert "under 150s: not started" in (tmp_path / "out" / "bench.log").read_text()
 
 
 def _gone(pid: int) -> bool:
