@@ -43,13 +43,21 @@ LONG_CELL = (
 
 
 @pytest.fixture(autouse=True)
-def _restore_handlers() -> Iterator[None]:
+def _default_signals() -> Iterator[None]:
+    """Each test starts as a plain Python process would: nothing received, SIGTERM's default,
+    SIGINT's KeyboardInterrupt (an earlier test in this process may have trained a cell,
+    which installs the handler; an xdist worker does not keep Python's SIGINT handler)."""
+    saved = {signum: signal.getsignal(signum) for signum in interrupts.STOP_SIGNALS}
+    interrupts.reset()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     interrupts.reset()
+    for signum, handler in saved.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def test_sigterm_unwinds_a_process_that_would_have_died_and_is_remembered() -> None:
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     interrupts.watch()
     interrupts.watch()  # idempotent: the default stays what the handler falls back to
     assert interrupts.received() is None
