@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from bench.errors import ConfigError
 from bench.model.module import HeadbenchModule
+from bench.run import loky_worker
 from bench.run.cli import plugin_installed
 from bench.run.packing import (
     PROCESS_OVERHEAD_BYTES,
@@ -127,6 +128,14 @@ def test_a_packed_sweep_trains_its_cells_and_records_the_estimate(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(p.read_text()) for p in tmp_path.glob("runs/**/result.json")]
     assert sorted(r["cell"]["head"] for r in results) == ["linear", "mean_linear"]
+    host = loky_worker.host_memory_bytes()
+    assert host is not None
+    allowance = loky_worker.growth_allowance(2, host, int(3e8)) >> 20  # n_jobs = cells_per_gpu
     for r in results:
         assert r["status"] == "ok", r.get("reason")
         assert r["memory_estimate"]["trainable"] == r["params"]["trainable"]
+        # each ran in a loky worker that loky no longer replaces after 300 MB of growth
+        assert r["runtime"]["loky_worker"] == {
+            "restart_after_mb": allowance,
+            "loky_default_mb": 286,
+        }

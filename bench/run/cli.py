@@ -40,7 +40,7 @@ from bench.cell import config_hash
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.run_records import log_launch_event
-from bench.run import interrupts
+from bench.run import interrupts, loky_worker
 from bench.run.logs import route_lightning_logs
 from bench.run.plan import plan, print_plan
 from bench.run.resume import (
@@ -89,6 +89,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     interrupts.watch()
     interrupts.check()  # a launcher's worker told to stop leaves its queued cells untouched
     hydra_cfg = HydraConfig.get()
+    loky_worker.allow_growth(launcher_workers(cfg, hydra_cfg))  # gpu_pack: no restart per cell
     run_dir = Path(hydra_cfg.runtime.output_dir)
     with cell_lock(run_dir) as mine:  # two launches never train one cell at once
         if not start_cell(cfg, hydra_cfg, run_dir, mine):
@@ -100,6 +101,25 @@ def _hydra_main(cfg: DictConfig) -> None:
     if status != "ok" and hydra_cfg.mode == RunMode.RUN:
         print(f"reason: {result['reason']}", file=sys.stderr)
         sys.exit(1)
+
+
+def launcher_workers(cfg: DictConfig, hydra_cfg: Any) -> int:
+    """The launcher's worker processes, as many as loky's workers share the machine among.
+
+    Args:
+        cfg: The cell's config (``runtime.cells_per_gpu``: gpu_pack's ``n_jobs``).
+        hydra_cfg: Its Hydra config (joblib's ``launcher.n_jobs``).
+
+    Returns:
+        ``n_jobs`` where it is a positive number; every CPU where it is -1 or not set.
+    """
+    for n_jobs in (
+        OmegaConf.select(hydra_cfg, "launcher.n_jobs", throw_on_resolution_failure=False),
+        OmegaConf.select(cfg, "runtime.cells_per_gpu", throw_on_resolution_failure=False),
+    ):
+        if isinstance(n_jobs, int) and n_jobs > 0:
+            return n_jobs
+    return os.cpu_count() or 1
 
 
 def start_cell(cfg: DictConfig, hydra_cfg: Any, run_dir: Path, mine: bool) -> bool:

@@ -36,7 +36,7 @@ from bench.model.module import HeadbenchModule
 from bench.model.task_types import task_type
 from bench.paths import cache_dir
 from bench.results.degenerate import prediction_summary
-from bench.run import interrupts, provenance
+from bench.run import interrupts, loky_worker, provenance
 from bench.run.allocator import ConfigureMalloc, configure_malloc
 from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
@@ -179,6 +179,8 @@ def prepare_cell(
     """
     malloc = str(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     result["runtime"] = {"malloc": configure_malloc(malloc)}
+    if (loky := loky_worker.record()) is not None:
+        result["runtime"]["loky_worker"] = loky  # how much it may grow before loky replaces it
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     # Frozen encoder parts are in eval mode on purpose (no dropout); Lightning warns about it.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode")
