@@ -74,11 +74,17 @@ def test_sigterm_unwinds_a_process_that_would_have_died_and_is_remembered() -> N
     assert interrupts.received() is None
 
 
-def test_sigint_keeps_its_keyboard_interrupt() -> None:
+def test_sigint_keeps_its_keyboard_interrupt_and_stops_only_the_cell_in_progress() -> None:
     interrupts.watch()
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
     assert interrupts.received() == signal.SIGINT
+    err = RuntimeError("DataLoader worker (pid 1) is killed by signal: Interrupt.")
+    stop = interrupts.as_interruption(err)  # the interrupted cell records no failure
+    assert isinstance(stop, interrupts.Interrupted) and stop.code == 128 + signal.SIGINT
+    interrupts.check()  # a cell started after Ctrl-C (a notebook, a REPL) is a new request
+    assert interrupts.received() is None
+    assert interrupts.as_interruption(err) is err
 
 
 def test_a_handler_installed_before_is_called_not_replaced() -> None:

@@ -11,7 +11,10 @@ catches SIGTERM while it trains and only sets a flag, and a launcher's worker pr
 
 :func:`watch` makes every cell process record the first stop signal it receives; from then
 on a cell's error is an :class:`Interrupted` (no ``result.json`` is written, the cell stays
-pending and the next launch trains it), and :func:`check` refuses to start another cell.
+pending and the next launch trains it). After SIGTERM, :func:`check` refuses to start
+another cell. After SIGINT it lets the next one start and forgets the signal: Ctrl-C stops
+the cell in progress (joblib itself ends a launch's workers on Ctrl-C), and a cell started
+after it in the same interpreter (a notebook, a REPL) is the user's new request.
 A SIGTERM whose previous handler was the default (the process would have died) raises
 :class:`Interrupted` at once, also inside ``Trainer.fit`` (Lightning calls the handler it
 found installed after its own); SIGINT keeps its ``KeyboardInterrupt``.
@@ -78,12 +81,18 @@ def received() -> int | None:
 
 
 def check() -> None:
-    """Refuse to start a cell in a process that was told to stop.
+    """Refuse to start a cell in a process that was told to terminate.
+
+    A SIGINT received before is forgotten here: it stopped the cell it interrupted, and this
+    cell is a new request (see the module docstring).
 
     Raises:
-        Interrupted: When a stop signal was received.
+        Interrupted: When SIGTERM was received.
     """
-    if _received is not None:
+    global _received
+    if _received == signal.SIGINT:
+        _received = None
+    elif _received is not None:
         raise Interrupted(_received)
 
 
