@@ -86,8 +86,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     from bench.run.search import run_with_search
     from bench.run.train import run
 
-    interrupts.watch()
-    interrupts.check()  # a launcher's worker told to stop leaves its queued cells untouched
+    interrupts.starting()  # a launcher's worker told to stop leaves its queued cells untouched
     hydra_cfg = HydraConfig.get()
     loky_worker.allow_growth(launcher_workers(cfg, hydra_cfg))  # gpu_pack: no restart per cell
     run_dir = Path(hydra_cfg.runtime.output_dir)

@@ -96,6 +96,16 @@ def check() -> None:
         raise Interrupted(_received)
 
 
+def starting() -> None:
+    """Before a cell (or a group, or a Hydra job) starts: :func:`watch`, then :func:`check`.
+
+    Raises:
+        Interrupted: When SIGTERM was received.
+    """
+    watch()
+    check()
+
+
 def as_interruption(err: BaseException) -> BaseException:
     """What a cell's error really is: :class:`Interrupted` once the process was told to stop.
 

@@ -515,8 +515,7 @@ def train_group(
             f"{len(keys)} lock-step groups among these cells; train each group on its own "
             "(bench.run.lockstep.group_cells)"
         )
-    interrupts.watch()
-    interrupts.check()  # a process told to stop starts no group
+    interrupts.starting()  # a process told to stop starts no group
     dirs = [Path(d) for d in run_dirs]
     results: list[dict[str, Any] | None] = [None] * len(cfgs)
     index = {id(cfg): i for i, cfg in enumerate(cfgs)}

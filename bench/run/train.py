@@ -383,8 +383,7 @@ def run(
             is recorded: the cell stays pending).
     """
     run_dir = Path(run_dir)
-    interrupts.watch()
-    interrupts.check()  # a process told to stop starts no cell (a launcher's worker would)
+    interrupts.starting()  # a process told to stop starts no cell (a launcher's worker would)
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     result = new_result(cfg, cell_hash=cell_hash, extra=extra)
