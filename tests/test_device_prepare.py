@@ -732,6 +732,32 @@ def test_the_plans_perf_arguments_are_ones_perf_py_accepts() -> None:
         perf._parser().parse_args(["--steps-sides", "headbench_grafs"])
 
 
+def test_a_bench_part_cut_anywhere_leaves_the_heads_of_a_task_with_the_same_seeds() -> None:
+    """A device call ends mid-part. The paired comparisons of a partial task need the same
+    seeds for every head, so within a task the jobs take seed 1 of every head, then seed 2...
+    """
+    from collections import Counter
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from bench.run.sweep import expand
+
+    preset = OmegaConf.load(ROOT / "conf" / "experiment" / "fair_heads_gpu.yaml")
+    params = OmegaConf.to_container(preset.hydra.sweeper.params)
+    assert isinstance(params, dict)
+    for part in " ".join(_plan_default("BENCH_ARGS")).split("::"):
+        lines = expand(OverridesParser.create(), params, None, part.split())
+        jobs = [dict(item.split("=", 1) for item in job) for job in lines]
+        heads = {job["head"] for job in jobs}
+        assert len(heads) == 5 and {job["freeze"] for job in jobs} == {"full"}
+        for cut in range(len(jobs) + 1):
+            for task in {job["task"] for job in jobs}:
+                started = Counter(job["head"] for job in jobs[:cut] if job["task"] == task)
+                seeds = [started[head] for head in heads]
+                assert max(seeds) - min(seeds) <= 1, (part, cut, task, started)
+
+
 @pytest.mark.slow  # about a minute: every planned cell's memory estimate
 def test_the_plans_bench_parts_compose_and_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     """Each ``::``-separated part of BENCH_ARGS is a valid fair_heads_gpu sweep here.

@@ -11,6 +11,9 @@ workers grew from about 2.4 to 4.0 GB over their first six or seven trainings of
 warning "A worker stopped while some jobs were given to the executor. This can be caused by a
 too short worker timeout or by a memory leak.", and each new process compiled the encoder
 again: those cells took about 44 s instead of 9 (results/device_logs/2026-11-27-h100/).
+Under ``trainer.compile=reduce-overhead`` every cell records its CUDA graphs anew (its
+parameters live at new addresses) and torch keeps the earlier cells' recordings until the
+compiled code itself is reset (docs/gpu.md, "Why a compiled worker grows").
 
 :func:`allow_growth` gives a loky worker an allowance that fits a training process instead: its
 share of the machine's memory (:data:`HOST_SHARE` of it, divided among the launcher's workers),
