@@ -14,11 +14,14 @@
 #    benchmarks/compile_choice.py made from the H100's finetune figures); BENCH_BOX seconds;
 # 4. perf: benchmarks/perf.py's parts at lease-sized settings (see PERF_ARGS) with the rest
 #    of the time, into $OUT/perf_gpu.json, resumed from the carried figures of the machine's
-#    GPU model (benchmarks/perf_files.py; a part measured with the same settings is skipped):
-#    the anatomy of a step (operators, kernels, GPU busy time and where the host waits, bf16
-#    too; eager headbench against the Trainer first: a side saved before batches were pinned
-#    is measured again), fine-tuning end to end (eager, CUDA graphs and compiled headbench,
-#    then the Trainer), lock-step (the stacked step), FLOP/s, packing, grid.
+#    GPU model (benchmarks/perf_files.py; a part measured with the same settings is skipped).
+#    First the two parts of issue #22's list that no lease has finished on any GPU: the
+#    frozen grid (cached against uncached cells, resumed cell by cell) and packing (K cells
+#    at once against the same K one after another). Then the anatomy of a step (operators,
+#    kernels, GPU busy time and where the host waits, bf16 too; eager headbench against the
+#    Trainer first: a side saved before batches were pinned is measured again), lock-step
+#    (the stacked step), FLOP/s, and fine-tuning end to end (eager, CUDA graphs and compiled
+#    headbench, then the Trainer; an H100 has it, an H200 would start it afresh).
 #
 # Every step goes through benchmarks/device_run.sh (its own deadline: HB_DEADLINE_S), so each
 # step's files come back even when it is cut. The whole output is also in $OUT/plan.log.
@@ -29,7 +32,7 @@ total=${1:-500}
 out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-tests bench perf}
-perf_args=${PERF_ARGS:---parts steps,finetune,lockstep,flops,packed,grid \
+perf_args=${PERF_ARGS:---parts grid,packed,steps,lockstep,flops,finetune \
 --steps-sides headbench,hf_trainer,headbench_graphs,headbench_compile,headbench_bf16 \
 --ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
 --ft-train-size 16000 --ft-epochs 1 --lockstep-cells 20 --pack-max 2 --grid-cells 4}

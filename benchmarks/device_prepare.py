@@ -18,7 +18,9 @@ folder, ``.device/`` (carry it), and keeps the tree that travels small:
   each call resumes where the last one stopped on that model; and each GPU model's compile
   cache (``inductor_<model>.tar.xz``: TorchInductor's on-disk caches, which the ``bench``
   step unpacks so its workers compile the encoder faster), kept only while it fits beside
-  the rest (results come first) and left there by ``restore``;
+  the rest (results come first), left there by ``restore`` for the session's next call and
+  written to ``results/compile_cache/`` for committing (a later session's fresh checkout
+  has no ``.device/``; ``prepare`` starts from the committed one);
 - ``git.json``: the commit the copy was made from (a copy without ``.git`` records it in
   every ``result.json`` through ``HEADBENCH_GIT_COMMIT``).
 
@@ -927,6 +929,7 @@ def prepare(args: argparse.Namespace, root: Path) -> None:
         if not (resume / perf.name).is_file():
             write_atomic(resume / perf.name, perf.read_bytes())
             print(f"  copied results/{perf.name}")
+    seed_compile_caches(root, resume)
     print("[5/6] the commit the copy is made from, and the versions used here")
     commit = record_commit(root)
     write_atomic(dev / "git.json", json.dumps(commit).encode())
@@ -949,6 +952,9 @@ def prepare(args: argparse.Namespace, root: Path) -> None:
 
 #: Returned compile caches, one per GPU model (``perf_files.compile_cache_name``).
 COMPILE_CACHE_GLOB = "inductor_*.tar.xz"
+#: Where ``restore`` leaves each GPU model's compile cache to be committed: a session starts
+#: from a fresh checkout, without the ``.device/`` of the session that used the last lease.
+COMMITTED_CACHE_DIR = "results/compile_cache"
 #: The largest compile cache kept: a cache that keeps growing holds stale entries.
 COMPILE_CACHE_MAX_MIB = 16.0
 
@@ -1005,6 +1011,26 @@ def keep_compile_caches(src: Path, resume: Path, root: Path, limit_mib: float) -
         print(f"kept {archive.name}: {files} files, {size / MIB:.2f} MiB")
         kept += 1
     return kept
+
+
+def seed_compile_caches(root: Path, resume: Path) -> list[str]:
+    """Start ``resume`` from the committed compile caches of the GPU models it has none of.
+
+    A cache already in ``resume`` is newer (a call of this session returned it) and stays.
+
+    Returns:
+        The names copied.
+    """
+    copied = []
+    for archive in sorted((root / COMMITTED_CACHE_DIR).glob(COMPILE_CACHE_GLOB)):
+        target = resume / archive.name
+        if target.is_file():
+            continue
+        files = check_compile_cache(archive)
+        write_atomic(target, archive.read_bytes())
+        copied.append(archive.name)
+        print(f"  copied {COMMITTED_CACHE_DIR}/{archive.name} ({files} files)")
+    return copied
 
 
 def drop_compile_caches_over(root: Path, resume: Path, limit_mib: float) -> list[str]:
@@ -1078,7 +1104,11 @@ def restore(args: argparse.Namespace, root: Path) -> None:
         print(f"wrote results/{perf.name}")
         perf.unlink()
     for cache in sorted(resume.glob(COMPILE_CACHE_GLOB)):
-        print(f"left {cache.relative_to(root)} for the next call (a compile cache, not results)")
+        write_atomic(root / COMMITTED_CACHE_DIR / cache.name, cache.read_bytes())
+        print(
+            f"wrote {COMMITTED_CACHE_DIR}/{cache.name} (for a later session's first call) "
+            f"and left {cache.relative_to(root)} for this session's next call"
+        )
     print("next: collect, report and commit (docs/gpu.md, 'Bringing the results home')")
 
 

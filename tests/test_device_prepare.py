@@ -43,6 +43,16 @@ def sh(root: Path, *args: str) -> str:
     ).stdout
 
 
+def sh_bytes(root: Path, rev_path: str) -> bytes:
+    """A committed file's bytes (``git show REV:PATH``)."""
+    return subprocess.run(
+        ["git", "-C", str(root), "show", rev_path],
+        capture_output=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
 def write(path: Path, size: int | None = None, text: str | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if text is not None:
@@ -345,12 +355,20 @@ def test_prepare_keep_and_restore_carry_a_sweep_across_calls(
     data = tmp_path / "data"
     for name in dp.task_files("sst2"):
         write(data / name, text="sentence\tlabel\n")
+    # The compile cache a session committed after its lease (a fresh checkout has no .device)
+    committed_cache = repo / dp.COMMITTED_CACHE_DIR / "inductor_h100.tar.xz"
+    committed_cache.parent.mkdir(parents=True)
+    _runs_archive(committed_cache, {"./fxgraph/entry": "kernels"})
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "a lease's compile cache")
     args = ["--root", str(repo), "--experiment", "exp"]
     prepare = [*args, "prepare", "--skip-wheels", "--tasks", "sst2", "--data-dir", str(data)]
     dp.main([*prepare, "--model-dir", str(build_tiny_model("bert"))])
     dev = repo / ".device"
     assert (dev / "site" / dp.MODEL_PACKAGE / "__init__.py").is_file()
     assert dp.check_runs_archive(dev / "resume" / "exp.tar.xz", "exp") == 1
+    cache = dev / "resume" / "inductor_h100.tar.xz"
+    assert cache.read_bytes() == sh_bytes(repo, f"HEAD:{dp.COMMITTED_CACHE_DIR}/{cache.name}")
     assert json.loads((dev / "git.json").read_text()) == {
         "commit": sh(repo, "rev-parse", "HEAD").strip(),
         "dirty": False,
@@ -435,8 +453,23 @@ def test_a_compile_cache_is_kept_per_gpu_model_while_it_fits_and_restore_leaves_
 
     dp.main([*args, "keep", str(returned)])
     dp.main([*args, "restore"])
-    assert kept.is_file()  # not results: it waits for the next call
-    assert "left .device/resume/inductor_h100.tar.xz for the next call" in capsys.readouterr().out
+    assert kept.is_file()  # it waits for this session's next call ...
+    # ... and is committed for a later session's first one (its checkout starts afresh)
+    committed = repo / dp.COMMITTED_CACHE_DIR / "inductor_h100.tar.xz"
+    assert committed.read_bytes() == kept.read_bytes()
+    assert "left .device/resume/inductor_h100.tar.xz for this session's next call" in (
+        capsys.readouterr().out
+    )
+    # A later prepare does not put the committed cache over the newer one in resume.
+    older = tmp_path / "older"
+    older.mkdir()
+    _runs_archive(older / "inductor_h100.tar.xz", {"old": "o"})
+    committed.write_bytes((older / "inductor_h100.tar.xz").read_bytes())
+    newer = kept.read_bytes()
+    assert dp.seed_compile_caches(repo, resume) == [] and kept.read_bytes() == newer
+    kept.unlink()
+    assert dp.seed_compile_caches(repo, resume) == ["inductor_h100.tar.xz"]
+    assert kept.read_bytes() == committed.read_bytes()
 
     # prepare removes it when what travels would be over the limit with it, results stay.
     dropped = dp.drop_compile_caches_over(repo, resume, limit_mib=0.001)
@@ -721,10 +754,11 @@ def test_the_plans_perf_arguments_are_ones_perf_py_accepts() -> None:
     args = perf._parser().parse_args(_plan_default("PERF_ARGS"))
     parts = args.parts.split(",")
     assert set(parts) <= set(perf.PARTS)
-    # The step anatomy first: eager headbench against the Trainer (a side saved before
-    # batches were pinned is measured again); the compile choice is pinned in the preset, so
-    # the finetune part (which an H200 would start afresh: its sides changed) comes after.
-    assert parts[:2] == ["steps", "finetune"]
+    # First the parts of issue #22's list that no GPU has finished (a lease rarely reaches
+    # the end of the list), then the step anatomy, eager headbench against the Trainer first
+    # (a side saved before batches were pinned is measured again); the finetune part, which
+    # an H200 would start afresh (its sides changed), comes last.
+    assert parts[:3] == ["grid", "packed", "steps"] and parts[-1] == "finetune"
     assert args.steps_sides[:2] == ["headbench", "hf_trainer"]
     assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.steps_sides)
     assert {"headbench", "headbench_graphs", "hf_trainer"} <= set(args.ft_frameworks)
