@@ -74,7 +74,7 @@ _HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
     "data": {"group_by_length": False, "pad_to_multiple_of": None},
     "optim": {"fused": False},
     "encoder": {"summary": "first"},
-    "trainer": {"compile": False},
+    "trainer": {"compile": False, "matmul_precision": "highest"},
 }
 # Keys of the `selection` group added after heldout results were committed: hashed only when
 # they differ from the old behaviour (`carve: last`, the slice from what the subset leaves).
@@ -207,6 +207,14 @@ def _plain(node: Any) -> dict[str, Any] | None:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else None
 
 
+def reads_cached_states(cfg: DictConfig) -> bool:
+    """Whether the cell trains on cached hidden states (a caching strategy, cache enabled)."""
+    if cfg.freeze.get("name") not in _CACHE_READERS:
+        return False
+    cache = cfg.get("cache") or {}
+    return cache.get("enabled", True) is not False
+
+
 def config_hash(cfg: DictConfig) -> str:
     """Content hash of everything that changes a cell's numbers."""
     hashed: dict[str, Any] = {}
@@ -245,7 +253,7 @@ def config_hash(cfg: DictConfig) -> str:
         hashed["order_seed"] = order_seed
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
-        if cache.get("enabled", True) is not False:  # no encoder forward in training:
+        if reads_cached_states(cfg):  # no encoder forward in training:
             hashed["trainer"].pop("compile", None)  # nothing to compile,
             hashed["data"].pop("pad_to_multiple_of", None)  # cached states padded as cached
         changed = {

@@ -19,7 +19,8 @@
 #    frozen grid (cached against uncached cells, resumed cell by cell) and packing (K cells
 #    at once against the same K one after another). Then the anatomy of a step (operators,
 #    kernels, GPU busy time and where the host waits, bf16 too; eager headbench against the
-#    Trainer first: a side saved before batches were pinned is measured again), lock-step
+#    Trainer first: a side saved before batches were pinned is measured again; then CUDA
+#    graphs in float32 and with TF32 matmuls, trainer.matmul_precision=high), lock-step
 #    (the stacked step), FLOP/s, and fine-tuning end to end (eager, CUDA graphs and compiled
 #    headbench, then the Trainer; an H100 has it, an H200 would start it afresh).
 #
@@ -33,7 +34,7 @@ out=${OUT:-.device/out}
 mkdir -p "$out"
 steps=${PLAN_STEPS:-tests bench perf}
 perf_args=${PERF_ARGS:---parts grid,packed,steps,lockstep,flops,finetune \
---steps-sides headbench,hf_trainer,headbench_graphs,headbench_compile,headbench_bf16 \
+--steps-sides headbench,hf_trainer,headbench_graphs,headbench_graphs_tf32,headbench_compile,headbench_bf16 \
 --ft-frameworks headbench,headbench_graphs,headbench_compile,hf_trainer --ft-repeats 1 \
 --ft-train-size 16000 --ft-epochs 1 --lockstep-cells 20 --pack-max 2 --grid-cells 4}
 bench_args=${BENCH_ARGS:-freeze=full task=rte,mrpc,stsb,cola hydra/launcher=gpu_pack \

@@ -77,6 +77,7 @@ from benchmarks.perf_files import perf_file_name
 from benchmarks.step_anatomy import (
     GRAPHS_OVERRIDES,
     STEP_SIDES,
+    TF32_OVERRIDES,
     batches_pinned,
     recorded_pinned,
     run_steps,
@@ -97,13 +98,15 @@ GRID_MARKS = (4, 8, 12, 16, 32)
 #: and replayed as CUDA graphs (``trainer.compile=reduce-overhead``), one per batch shape,
 #: its batches padded to a multiple of 8 tokens (``data.pad_to_multiple_of=8``) so that
 #: there are few shapes to record (on a CPU there are no graphs: it compiles as
-#: ``headbench_compile`` does).
+#: ``headbench_compile`` does), and ``headbench_graphs_tf32``: the same with float32 matrix
+#: products on TensorFloat32 tensor cores (``trainer.matmul_precision=high``).
 FRAMEWORKS = (
     "headbench",
     "headbench_hf_sampler",
     "headbench_step_sync",
     "headbench_compile",
     "headbench_graphs",
+    "headbench_graphs_tf32",
     "hf_trainer",
     "hf_trainer_tuned",
 )
@@ -114,12 +117,14 @@ _GROUPING = {
     "headbench_step_sync": "bucket",
     "headbench_compile": "bucket",
     "headbench_graphs": "bucket",
+    "headbench_graphs_tf32": "bucket",
 }
 #: Overrides a headbench side adds to the fine-tuning cell's.
 _SIDE_OVERRIDES = {
     "headbench_step_sync": ["runtime.loss_check_steps=1"],
     "headbench_compile": ["trainer.compile=default"],  # compiling is inside the timed loop
     "headbench_graphs": list(GRAPHS_OVERRIDES),
+    "headbench_graphs_tf32": list(TF32_OVERRIDES),
 }
 HEADBENCH_SIDES = tuple(_GROUPING)
 HF_SIDES = tuple(n for n in FRAMEWORKS if n not in _GROUPING)
@@ -129,6 +134,7 @@ _SHORT = {
     "headbench_step_sync": "hb/step-sync",
     "headbench_compile": "hb/compile",
     "headbench_graphs": "hb/graphs",
+    "headbench_graphs_tf32": "hb/graphs+tf32",
     "hf_trainer": "hf",
     "hf_trainer_tuned": "hf+malloc",
 }
@@ -1052,6 +1058,7 @@ _HEADERS = {
     "headbench_step_sync": "headbench, the loss read every step",
     "headbench_compile": "headbench, encoder compiled (compiling inside the loop)",
     "headbench_graphs": "headbench, encoder compiled as CUDA graphs (batches padded to 8)",
+    "headbench_graphs_tf32": "headbench, CUDA graphs, float32 matmuls as TF32",
     "hf_trainer": "HF `Trainer`",
     "hf_trainer_tuned": "HF `Trainer`, headbench's allocator setting",
 }

@@ -55,16 +55,21 @@ from bench.run.provenance import git_commit
 #: replayed as CUDA graphs, one recorded per batch shape, its batches padded to a multiple of
 #: 8 tokens so that there are few shapes (on a CPU no graphs: it compiles as the default mode).
 GRAPHS_OVERRIDES = ("trainer.compile=reduce-overhead", "data.pad_to_multiple_of=8")
+#: What ``headbench_graphs_tf32`` adds to ``headbench_graphs``: float32 matrix products on
+#: TensorFloat32 tensor cores (``trainer.matmul_precision=high``, bench/model/matmul.py).
+TF32_OVERRIDES = (*GRAPHS_OVERRIDES, "trainer.matmul_precision=high")
 #: The sides: ``(framework, precision, headbench overrides)``. The headbench sides run part
 #: 2's headbench cell (fused AdamW, in float32 and in bf16-mixed), ``headbench_compile``
 #: with its encoder compiled (``trainer.compile=default``: its first steps pay the
-#: compilation, the window is after them), ``headbench_graphs`` with :data:`GRAPHS_OVERRIDES`;
+#: compilation, the window is after them), ``headbench_graphs`` with :data:`GRAPHS_OVERRIDES`,
+#: ``headbench_graphs_tf32`` with :data:`TF32_OVERRIDES`;
 #: the Trainer sides part 2's Trainer run.
 STEP_SIDES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "headbench": ("headbench", "32-true", ()),
     "headbench_bf16": ("headbench", "bf16-mixed", ()),
     "headbench_compile": ("headbench", "32-true", ("trainer.compile=default",)),
     "headbench_graphs": ("headbench", "32-true", GRAPHS_OVERRIDES),
+    "headbench_graphs_tf32": ("headbench", "32-true", TF32_OVERRIDES),
     "hf_trainer": ("hf_trainer", "32-true", ()),
     "hf_trainer_bf16": ("hf_trainer", "bf16-mixed", ()),
 }

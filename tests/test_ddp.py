@@ -93,6 +93,8 @@ def test_a_two_process_ddp_cell_writes_one_result_matching_one_process(
     single = json.loads((single_runs / RUN / "result.json").read_text())
     assert ddp["status"] == single["status"] == "ok"
     assert ddp["config"]["trainer"]["strategy"] == "ddp_spawn"
+    # what the rank recorded comes back to the cell's process
+    assert ddp["matmul_precision"] == single["matmul_precision"] == "highest"
 
     assert len(ddp["history"]) == len(single["history"]) == 2
     for d, s in zip(ddp["history"], single["history"], strict=True):

@@ -170,6 +170,7 @@ def test_cells_that_cannot_train_in_lockstep_are_refused_with_the_reason(
         "freeze=full": r"freeze=full: lock-step trains frozen heads only \(valid choice: frozen\)",
         "search=random": r"search.trials=\d+: a cell's search selects its configuration first",
         "trainer.precision=bf16-mixed": r"trainer.precision=bf16-mixed: .*valid: 32-true",
+        "trainer.matmul_precision=high": r"trainer.matmul_precision=high: .*valid: highest",
         "cache.enabled=false": r"cache.enabled=false",
         "+trainer.accumulate_grad_batches=2": r"trainer.accumulate_grad_batches is set",
     }

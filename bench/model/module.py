@@ -28,6 +28,7 @@ from bench.model.compiled import compile_encoder
 from bench.model.encoders import EncoderInfo, load_encoder, pooler_weights, run_encoder
 from bench.model.freezing import FreezeReport
 from bench.model.heads import count_parameters
+from bench.model.matmul import DEFAULT_MATMUL_PRECISION
 from bench.model.ranks import sum_across_ranks
 from bench.model.running_loss import RunningLoss
 from bench.model.task_types import Evaluation, task_type
@@ -107,6 +108,10 @@ class HeadbenchModule(L.LightningModule):
         self.compile_mode: str | None = None
         #: The mode the encoder was compiled with when training started, or None.
         self.compiled: str | None = None
+        #: ``trainer.matmul_precision`` (:mod:`bench.model.matmul`), set by the run.
+        self.matmul_precision = DEFAULT_MATMUL_PRECISION
+        #: torch's float32 matmul precision in force when training ended (rank 0's).
+        self.applied_matmul_precision: str | None = None
         self.train()  # from_pretrained returns eval mode; frozen parts stay in eval
 
     def _copy_pretrained_pooler(self) -> None:
@@ -164,14 +169,17 @@ class HeadbenchModule(L.LightningModule):
         return self.adaptation.learning_rates(self.hparams["optim"])
 
     def on_fit_start(self) -> None:
-        """Compile the encoder (``trainer.compile``) when its forward runs in training.
+        """Compile the encoder when it trains, and set this process's matmul precision.
 
-        A cell that reads cached states (:meth:`use_cached_states`) runs no encoder forward
-        (``freeze=frozen``) or calls the top layers one by one (``top_k``): nothing to compile.
+        ``trainer.compile`` and ``trainer.matmul_precision``. A cell that reads cached states
+        (:meth:`use_cached_states`) runs no encoder forward (``freeze=frozen``) or calls the
+        top layers one by one (``top_k``): nothing to compile.
         """
         if self.compile_mode and self.feature_plan is None and self.compiled is None:
             compile_encoder(self.encoder, self.compile_mode)
             self.compiled = self.compile_mode
+        # each rank sets it (ddp_spawn starts fresh processes); the run restores it after
+        torch.set_float32_matmul_precision(self.matmul_precision)
 
     def configure_callbacks(self) -> list[L.Callback]:
         """The strategy's stage callback (records trainable counts; unfreezes phases)."""
@@ -353,7 +361,11 @@ class HeadbenchModule(L.LightningModule):
         return state
 
     def on_train_end(self) -> None:
-        """Score the reporting splits once, on the selected epoch's weights."""
+        """Score the reporting splits once, on the selected epoch's weights.
+
+        Also records the float32 matmul precision still in force (``trainer.matmul_precision``).
+        """
+        self.applied_matmul_precision = torch.get_float32_matmul_precision()
         if self.report_names and self._best_state is not None:
             self.load_state_dict(self._best_state)
             self._best_state = None
@@ -415,6 +427,7 @@ class HeadbenchModule(L.LightningModule):
             "report": self.report,
             "trainable_history": self.adaptation.trainable_history,
             "compiled": self.compiled,
+            "matmul_precision": self.applied_matmul_precision,
         }
 
     def restore_run_record(self, record: dict[str, Any]) -> None:
@@ -424,6 +437,7 @@ class HeadbenchModule(L.LightningModule):
         self.report = record.get("report")
         self.adaptation.trainable_history = record["trainable_history"]
         self.compiled = record.get("compiled")
+        self.applied_matmul_precision = record.get("matmul_precision")
 
     def configure_optimizers(self) -> dict[str, Any]:  # type: ignore[override]
         """AdamW with separate encoder/head learning rates (groups from the strategy).

@@ -89,6 +89,7 @@ TRAINER_KEYS = frozenset(
         "log_every_n_steps",
         "deterministic",
         "compile",  # nothing to compile: a lock-step cell reads cached states, no encoder forward
+        "matmul_precision",  # highest only (below)
     }
 )
 #: Loggers whose cells can train in lock-step (trackers log one run per process).
@@ -158,6 +159,11 @@ def group_key(cfg: DictConfig, selected: bool = False) -> str:
         raise NotLockstep(
             f"trainer.precision={trainer.get('precision')}: lock-step trains in float32 "
             "(valid: 32-true)"
+        )
+    if str(trainer.get("matmul_precision") or "highest") != "highest":
+        raise NotLockstep(
+            f"trainer.matmul_precision={trainer.get('matmul_precision')}: lock-step trains "
+            "with float32 matrix products (valid: highest)"
         )
     if int(trainer.get("devices", 1) or 1) != 1:
         raise NotLockstep(f"trainer.devices={trainer.get('devices')}: lock-step uses one device")

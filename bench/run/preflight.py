@@ -30,12 +30,13 @@ from omegaconf.errors import OmegaConfBaseException
 from transformers import AutoConfig
 
 from bench.axes import encoders, freezing
-from bench.cell import check_identity
+from bench.cell import check_identity, reads_cached_states
 from bench.data import selection, tasks
 from bench.data.padding import check_pad_multiple, widest_batch
 from bench.errors import ConfigError, EncoderError
 from bench.model.compiled import check_compile_mode
 from bench.model.encoders import load_tokenizer, max_positions, resolve_source
+from bench.model.matmul import DEFAULT_MATMUL_PRECISION, check_matmul_precision
 from bench.model.task_types import task_type
 from bench.run import search
 from bench.run.allocator import check_malloc_mode
@@ -206,6 +207,23 @@ def check_protocol(cfg: DictConfig) -> None:
         search.draw_trials(search.space_of(cfg), cfg.search.trials, seed)
 
 
+def check_cached_precision(cfg: DictConfig) -> None:
+    """Check ``trainer.matmul_precision``, which cells that read cached states keep at highest.
+
+    Raises:
+        ConfigError: For an unknown precision, or another than highest for a cell that reads
+            cached hidden states (the cache does not record the precision of its states).
+    """
+    precision = check_matmul_precision(OmegaConf.select(cfg, "trainer.matmul_precision"))
+    if precision != DEFAULT_MATMUL_PRECISION and reads_cached_states(cfg):
+        raise ConfigError(
+            f"trainer.matmul_precision={precision!r} with freeze={cfg.freeze.name}: this cell "
+            "reads cached hidden states, whose cache does not record the precision they were "
+            f"computed with; valid choices here: trainer.matmul_precision="
+            f"{DEFAULT_MATMUL_PRECISION}, or cache.enabled=false"
+        )
+
+
 def check_cell(cfg: DictConfig) -> None:
     """Check one composed cell config; cheap (config files and the tokenizer, no weights).
 
@@ -217,6 +235,7 @@ def check_cell(cfg: DictConfig) -> None:
     check_types(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     check_compile_mode(OmegaConf.select(cfg, "trainer.compile", default=False))
+    check_cached_precision(cfg)
     spec = tasks.validate(cfg.task.name)
     check_protocol(cfg)
     # Only the cell's own groups: the `hydra` node may need a live run to resolve.

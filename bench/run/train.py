@@ -32,6 +32,7 @@ from bench.data.tasks import get_task
 from bench.errors import DivergedError, HeadbenchError
 from bench.model.compiled import check_compile_mode
 from bench.model.encoders import load_tokenizer
+from bench.model.matmul import check_matmul_precision
 from bench.model.module import HeadbenchModule
 from bench.model.task_types import task_type
 from bench.paths import cache_dir
@@ -272,6 +273,8 @@ def _train(
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
     module.compile_mode = check_compile_mode(trainer_kwargs.pop("compile", False))
+    module.matmul_precision = check_matmul_precision(trainer_kwargs.pop("matmul_precision", None))
+    process_precision = torch.get_float32_matmul_precision()  # put back after the cell
     timer = TrainLoopTimer()
     with phase(result, "trainer"):
         trainer = L.Trainer(
@@ -291,6 +294,8 @@ def _train(
         with phase(result, "fit"):
             trainer.fit(module, datamodule=datamodule)
     finally:
+        torch.set_float32_matmul_precision(process_precision)
+        result["matmul_precision"] = module.applied_matmul_precision
         result["train_time_s"] = time.perf_counter() - started
         result["throughput"] = timer.summary()
         result["history"] = module.history
