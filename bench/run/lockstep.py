@@ -60,6 +60,7 @@ from bench.data.tasks import get_task
 from bench.errors import ConfigError, DivergedError
 from bench.model.adaptation import StageCallback
 from bench.model.compiled import check_compile_mode
+from bench.model.matmul import DEFAULT_MATMUL_PRECISION
 from bench.model.stacked import CellRng, StackedHeads, optimizer_hypers, stack_key
 from bench.run import interrupts, provenance
 from bench.run.preflight import check_cell
@@ -160,10 +161,10 @@ def group_key(cfg: DictConfig, selected: bool = False) -> str:
             f"trainer.precision={trainer.get('precision')}: lock-step trains in float32 "
             "(valid: 32-true)"
         )
-    if str(trainer.get("matmul_precision") or "highest") != "highest":
+    if (trainer.get("matmul_precision") or DEFAULT_MATMUL_PRECISION) != DEFAULT_MATMUL_PRECISION:
         raise NotLockstep(
             f"trainer.matmul_precision={trainer.get('matmul_precision')}: lock-step trains "
-            "with float32 matrix products (valid: highest)"
+            f"with float32 matrix products (valid: {DEFAULT_MATMUL_PRECISION})"
         )
     if int(trainer.get("devices", 1) or 1) != 1:
         raise NotLockstep(f"trainer.devices={trainer.get('devices')}: lock-step uses one device")
