@@ -33,24 +33,18 @@ GIT_ENV = {
 }
 
 
-def sh(root: Path, *args: str) -> str:
+def git_bytes(root: Path, *args: str) -> bytes:
+    """What ``git -C root ARGS`` prints, as bytes (a committed archive: ``show REV:PATH``)."""
     return subprocess.run(
         ["git", "-C", str(root), *args],
         capture_output=True,
-        text=True,
         check=True,
         env={**os.environ, **GIT_ENV},
     ).stdout
 
 
-def sh_bytes(root: Path, rev_path: str) -> bytes:
-    """A committed file's bytes (``git show REV:PATH``)."""
-    return subprocess.run(
-        ["git", "-C", str(root), "show", rev_path],
-        capture_output=True,
-        check=True,
-        env={**os.environ, **GIT_ENV},
-    ).stdout
+def sh(root: Path, *args: str) -> str:
+    return git_bytes(root, *args).decode()
 
 
 def write(path: Path, size: int | None = None, text: str | None = None) -> Path:
@@ -368,7 +362,8 @@ def test_prepare_keep_and_restore_carry_a_sweep_across_calls(
     assert (dev / "site" / dp.MODEL_PACKAGE / "__init__.py").is_file()
     assert dp.check_runs_archive(dev / "resume" / "exp.tar.xz", "exp") == 1
     cache = dev / "resume" / "inductor_h100.tar.xz"
-    assert cache.read_bytes() == sh_bytes(repo, f"HEAD:{dp.COMMITTED_CACHE_DIR}/{cache.name}")
+    committed = git_bytes(repo, "show", f"HEAD:{dp.COMMITTED_CACHE_DIR}/{cache.name}")
+    assert cache.read_bytes() == committed
     assert json.loads((dev / "git.json").read_text()) == {
         "commit": sh(repo, "rev-parse", "HEAD").strip(),
         "dirty": False,
