@@ -23,12 +23,14 @@ from conftest import ROOT
 FAST = ["encoder=tiny_bert", "seed=1", "data.train_size=32", "trainer.max_epochs=1"]
 
 
-def _bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _bench(
+    tmp_path: Path, *args: str, python: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     # cwd is the empty tmp_path, so anything written relative to it would be seen.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args, f"runs_dir={tmp_path}/runs"],
+        [sys.executable, *python, "-m", "bench", *args, f"runs_dir={tmp_path}/runs"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -92,6 +94,28 @@ def test_a_bad_config_exits_2_names_the_key_and_writes_nothing(tmp_path, case):
         assert text in proc.stderr, (text, proc.stderr[-2000:])
     assert proc.stderr.count("error") == 1  # one message, not a traceback
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/, no outputs/
+
+
+# Refused by composition or by a check that reads only the config: the answer comes before
+# torch, transformers and Lightning are imported (about 10 s of a 2-core machine's time).
+LIGHT_REFUSALS = {
+    "unknown group option": ["head=foo"],
+    "negative learning rate": ["optim.head_lr=-1"],
+    "unknown allocator setting": ["runtime.malloc=jemalloc"],
+    "a sweep with a bad seed": ["-m", "seed=-1"],
+}
+HEAVY_MODULES = ("torch", "transformers", "lightning", "torchmetrics", "matplotlib")
+
+
+@pytest.mark.parametrize("case", sorted(LIGHT_REFUSALS))
+def test_a_command_refused_by_its_config_exits_before_importing_torch(tmp_path, case):
+    proc = _bench(tmp_path, *FAST, *LIGHT_REFUSALS[case], python=("-X", "importtime"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert [line for line in lines if "error" in line], proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert "bench.run.cli" in imported  # importtime did report this process's imports
+    assert imported.isdisjoint(HEAVY_MODULES), sorted(imported.intersection(HEAVY_MODULES))
 
 
 def test_an_encoder_without_tokenizer_files_is_refused_before_training(tmp_path):

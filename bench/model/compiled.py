@@ -17,11 +17,12 @@ for cells that read cached states, whose training runs no encoder forward to com
 
 from __future__ import annotations
 
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import ConfigError
+
+if TYPE_CHECKING:  # torch only for the annotation: the check runs before torch is imported
+    from torch import nn
 
 #: ``torch.compile``'s modes, as ``trainer.compile`` names them (``false``: not compiled).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -30,8 +30,6 @@ import os
 import platform
 from typing import Any
 
-import lightning as L
-
 from bench.errors import ConfigError
 
 CHOICES = ("tuned", "default")
@@ -96,18 +94,3 @@ def configure_malloc(mode: str) -> dict[str, Any]:
         return record
     record.update(applied=True, mmap_max=0, trim_threshold=TRIM_THRESHOLD)
     return record
-
-
-class ConfigureMalloc(L.Callback):
-    """Applies ``runtime.malloc`` in every training process.
-
-    With ``ddp_spawn`` each rank is a new process; ``setup`` runs in each of them before the
-    first step (in a single process, :func:`configure_malloc` has already run: no change).
-    """
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Apply the mode in this (possibly newly spawned) process."""
-        configure_malloc(self.mode)

@@ -17,7 +17,6 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from bench.errors import ConfigError, HeadbenchError
-from bench.report import build_report
 from bench.results.collect import (
     collect,
     dropped_at_launch,
@@ -101,6 +100,8 @@ class CollectResults(Callback):
 
     @staticmethod
     def _collect_and_report(config: DictConfig) -> None:
+        from bench.report import build_report  # matplotlib: not at the start of every sweep
+
         table = collect([config.hydra.sweep.dir], config.results_dir)
         print_summary(table)
         report_file = config.get("report_file")

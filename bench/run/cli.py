@@ -43,6 +43,7 @@ from bench.results.run_records import log_launch_event
 from bench.run import interrupts, loky_worker
 from bench.run.logs import route_lightning_logs
 from bench.run.plan import plan, print_plan
+from bench.run.preflight import check_cell, check_command, compose_single_run
 from bench.run.resume import (
     KEPT_STATES,
     RUNNING,
@@ -193,8 +194,6 @@ def _usage_error(message: str) -> None:
 
 def _check_cell_and_logger(cfg: DictConfig) -> None:
     """Every preflight check of a cell, and that its ``logger`` option can be used."""
-    from bench.run.preflight import check_cell  # torch, transformers: ~8 s
-
     check_cell(cfg)
     check_logger(cfg)
 
@@ -243,8 +242,6 @@ def _preflight(args: list[str]) -> None:
     """A single run with a bad config exits with status 2 before Hydra writes anything."""
     if any(a in _MULTIRUN_FLAGS for a in args) or any(a.startswith("-") for a in args):
         return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
-    from bench.run.preflight import check_command  # torch, transformers, lightning: ~8 s
-
     message = check_command(config_dir(), args) or _logger_problem(args)
     if message:
         print(message, file=sys.stderr)
@@ -253,8 +250,6 @@ def _preflight(args: list[str]) -> None:
 
 def _logger_problem(args: list[str]) -> str | None:
     """The message when a single run's ``logger`` option cannot be used (a missing extra)."""
-    from bench.run.preflight import compose_single_run
-
     try:
         cfg = compose_single_run(config_dir(), args)
         if cfg is not None:

@@ -30,19 +30,16 @@ import functools
 import json
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
-from transformers import AutoConfig, AutoModel
 
 from bench.cell import cell_path
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
-from bench.model.adaptation import build_adaptation
-from bench.model.encoders import resolve_source, transformer_layers
-from bench.model.heads import count_parameters
-from bench.model.task_types import task_type
+
+if TYPE_CHECKING:
+    import torch
 
 #: CUDA context, library workspaces and allocator slack per process (an assumption: about
 #: what a PyTorch process holds on an H100 before its first tensor, plus cuBLAS workspace).
@@ -114,6 +111,8 @@ def _plain(node: Any) -> dict[str, Any]:
 
 def _trainable_layers(encoder: torch.nn.Module, layer_count: int) -> int:
     """How many transformer layers have a trainable parameter (their activations are kept)."""
+    from bench.model.encoders import transformer_layers
+
     try:
         layers = transformer_layers(encoder)
     except (AttributeError, ValueError):  # an architecture without a layer list: all
@@ -145,6 +144,16 @@ def _estimate(key: str) -> MemoryEstimate:
     The cells of a sweep that differ only in seed or learning rate share one estimate (a
     meta-device model build, about 30 ms).
     """
+    # Imported here, not with the module: every sweep's start makes a PackCheck (Hydra
+    # callback), and only one that packs cells needs torch and transformers (seconds).
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from bench.model.adaptation import build_adaptation
+    from bench.model.encoders import resolve_source
+    from bench.model.heads import count_parameters
+    from bench.model.task_types import task_type
+
     parts = json.loads(key)
     encoder_cfg, head_cfg, freeze_cfg = parts["encoder"], parts["head"], parts["freeze"]
     max_length, batch_size = parts["sizes"]
@@ -200,6 +209,8 @@ def device_bytes(gpu_memory_gb: float | None) -> int:
         if isinstance(gpu_memory_gb, bool) or float(gpu_memory_gb) <= 0:
             raise ConfigError(f"runtime.gpu_memory_gb={gpu_memory_gb!r}: must be a positive number")
         return int(float(gpu_memory_gb) * _GIB)
+    import torch  # here: see _estimate
+
     if not torch.cuda.is_available():
         raise ConfigError(
             "runtime.cells_per_gpu packs cells onto a GPU, but none is visible; give its "

@@ -13,6 +13,10 @@ encoder whose pooler is not trained. Each raises a :class:`~bench.errors.ConfigE
 directory, so a bad command exits with status 2 and writes nothing; in a sweep,
 :func:`bench.run.train.run` calls :func:`check_cell` first and records the cell as failed
 with that message, and the sweep goes on.
+
+The checks that read only the config run first, and this module imports nothing heavy:
+torch, transformers and the heads are imported by the encoder and head checks that need
+them, so a command refused earlier answers without the seconds those imports take.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from transformers import AutoConfig
 
 from bench.axes import encoders, freezing
 from bench.cell import check_identity, reads_cached_states
@@ -35,9 +38,7 @@ from bench.data import selection, tasks
 from bench.data.padding import check_pad_multiple, widest_batch
 from bench.errors import ConfigError, EncoderError
 from bench.model.compiled import check_compile_mode
-from bench.model.encoders import load_tokenizer, max_positions, resolve_source
 from bench.model.matmul import DEFAULT_MATMUL_PRECISION, check_matmul_precision
-from bench.model.task_types import task_type
 from bench.run import search
 from bench.run.allocator import check_malloc_mode
 from bench.run.plan import check_output_dirs, hydra_context
@@ -121,6 +122,12 @@ def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=64)
 def _checked_encoder(key: str) -> tuple[tuple[str, Any], ...]:
+    # Imported here, as late as the first check that needs them (transformers, torch:
+    # seconds): a command refused by an earlier check exits without loading them.
+    from transformers import AutoConfig
+
+    from bench.model.encoders import load_tokenizer, max_positions, resolve_source
+
     encoder = json.loads(key)
     path = resolve_source(encoder["source"])
     try:
@@ -258,6 +265,8 @@ def check_cell(cfg: DictConfig) -> None:
     if strategy.takes_k:
         freezing.check_k(strategy.name, freeze.get("k"), layers, encoder["name"])
     # The head's own options first: a head/task mismatch is the more basic error.
+    from bench.model.task_types import task_type  # the heads and torchmetrics: seconds
+
     task_type(spec).build_head(head, facts["hidden_size"], layers)
     if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
         raise ConfigError(

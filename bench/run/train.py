@@ -38,7 +38,7 @@ from bench.model.task_types import task_type
 from bench.paths import cache_dir
 from bench.results.degenerate import prediction_summary
 from bench.run import interrupts, loky_worker, provenance
-from bench.run.allocator import ConfigureMalloc, configure_malloc
+from bench.run.allocator import configure_malloc
 from bench.run.distributed import trainer_strategy
 from bench.run.failures import failure_reason, is_environmental
 from bench.run.packing import estimate_cell
@@ -255,6 +255,21 @@ def prepare_cell(
         name: best_constant(spec, datamodule.dev_labels[name]) for name in reporting
     }
     return CellSetup(spec, kind, datamodule, module, served, report)
+
+
+class ConfigureMalloc(L.Callback):
+    """Applies ``runtime.malloc`` (:mod:`bench.run.allocator`) in every training process.
+
+    With ``ddp_spawn`` each rank is a new process; ``setup`` runs in each of them before the
+    first step (in a single process, :func:`configure_malloc` has already run: no change).
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Apply the mode in this (possibly newly spawned) process."""
+        configure_malloc(self.mode)
 
 
 def _train(

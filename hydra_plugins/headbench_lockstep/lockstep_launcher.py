@@ -44,7 +44,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from bench.cell import config_hash
 from bench.run.cli import start_cell
-from bench.run.lockstep import group_cells
 from bench.run.logs import route_lightning_logs
 from bench.run.resume import (
     ResumePolicy,
@@ -143,6 +142,11 @@ class LockstepLauncher(Launcher):
         Returns:
             One job return per job, in the given order.
         """
+        # Imported here: Hydra imports this plugin module to discover it at every start,
+        # also of a command refused before anything runs; bench.run.lockstep pulls in torch
+        # and Lightning (seconds).
+        from bench.run.lockstep import group_cells
+
         setup_globals()
         assert self.config is not None and self.hydra_context is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
