@@ -281,6 +281,33 @@ def test_paired_test_ties_survive_float_noise():
     assert p != pytest.approx(sps.wilcoxon(d).pvalue)  # float noise would change the ranks
 
 
+def test_paired_test_is_scipys_wilcoxon_with_ties_zeros_or_neither():
+    rng = np.random.default_rng(7)
+    cases = [rng.integers(-4, 5, size=n) / 100 for n in (2, 3, 5, 8, 10, 12, 13, 14, 20)]
+    cases += [rng.normal(size=n) for n in (2, 6, 10, 13, 30)]  # distinct: the exact path
+    cases += [np.array([0.02, 0.02, 0.02]), np.array([0.0, 0.01, -0.01, 0.0, 0.03])]
+    permuted = 0
+    for d in cases:
+        if np.all(d == 0):
+            continue
+        p, reason = stats.paired_test(d)
+        expected = sps.wilcoxon(np.round(d, stats.DECIMALS), zero_method="wilcox").pvalue
+        assert reason == "" and p == pytest.approx(expected, rel=1e-12, abs=1e-15), d
+        nonzero = np.abs(d[d != 0])
+        permuted += (len(set(nonzero)) < len(d)) and len(d) <= 13
+    assert permuted >= 6  # the vectorised permutation path was taken and agreed
+
+
+def test_positive_rank_sum_is_wilcoxons_statistic_along_an_axis():
+    d = np.array([[0.3, -0.1, 0.0, 0.1, 0.2], [-0.5, 0.5, 0.25, -0.25, 0.0]])
+    # row 0: non-zero |d| 0.3, 0.1, 0.1, 0.2 -> ranks 4, 1.5, 1.5, 3; positives 0.3, 0.1, 0.2
+    np.testing.assert_allclose(stats.positive_rank_sum(d), [4 + 1.5 + 3, 3.5 + 1.5])
+    np.testing.assert_allclose(stats.positive_rank_sum(d.T, axis=0), [8.5, 5.0])
+    for row in d:
+        expected = sps.wilcoxon(row, zero_method="wilcox", alternative="greater").statistic
+        assert stats.positive_rank_sum(row) == pytest.approx(expected)
+
+
 def test_holm_against_a_hand_computation():
     p = [0.01, 0.04, 0.03, 0.005, np.nan]
     # m = 4 finite: sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04

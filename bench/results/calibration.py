@@ -211,7 +211,9 @@ def scale_probabilities(probs: np.ndarray, temperature: float) -> np.ndarray:
 
 def _scaled_nll(log_probs: np.ndarray, labels: np.ndarray, temperature: float) -> float:
     z = log_probs / temperature
-    return float(np.mean(logsumexp(z, axis=1) - z[np.arange(len(labels)), labels]))
+    # NumPy's reduction, not scipy.special.logsumexp: the same stable log-sum-exp, without
+    # the per-call overhead that dominated a report's hundreds of temperature fits.
+    return float(np.mean(np.logaddexp.reduce(z, axis=1) - z[np.arange(len(labels)), labels]))
 
 
 def fit_temperature(
@@ -245,17 +247,22 @@ def fit_temperature(
     return float(math.exp(found.x))
 
 
-def _arrays(rows: pd.DataFrame, spec: TaskSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(n, C) probabilities and class ids of prediction rows of one classification task."""
+def _arrays(labels: np.ndarray, probs: np.ndarray, spec: TaskSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(n, C) probabilities and class ids of prediction rows of one classification task.
+
+    Args:
+        labels: The rows' labels as written in the data (object array of strings).
+        probs: The rows' class probabilities (object array of 1-D arrays).
+        spec: Their task.
+    """
     ids = {text: k for k, text in enumerate(label_texts(spec))}
-    labels = rows["label"].map(ids)
-    if labels.isna().any():
-        unknown = sorted(set(rows.loc[labels.isna(), "label"].astype(str)))
+    unknown = sorted({str(text) for text in labels if text not in ids})
+    if unknown:
         raise DataError(f"{spec.name}: labels {unknown} are not classes of the task")
-    probs = np.stack([np.asarray(p, dtype=np.float64) for p in rows["probs"]])
-    if probs.shape[1] != len(ids):
-        raise DataError(f"{spec.name}: {probs.shape[1]} probabilities per row, not {len(ids)}")
-    return probs, labels.to_numpy(dtype=np.int64)
+    stacked = np.stack([np.asarray(p, dtype=np.float64) for p in probs])
+    if stacked.shape[1] != len(ids):
+        raise DataError(f"{spec.name}: {stacked.shape[1]} probabilities per row, not {len(ids)}")
+    return stacked, np.fromiter((ids[text] for text in labels), dtype=np.int64, count=len(labels))
 
 
 def has_probabilities(predictions: pd.DataFrame) -> bool:
@@ -286,18 +293,30 @@ def calibration_tables(
     bins: list[dict[str, object]] = []
     if not has_probabilities(predictions):
         return pd.DataFrame(columns=RUN_COLUMNS), pd.DataFrame(columns=BIN_COLUMNS)
-    rows = predictions[predictions["probs"].notna()]
+    rows = predictions[predictions["probs"].notna()].reset_index(drop=True)
     keys = [*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    for values, cell in rows.groupby(keys, sort=True, dropna=False):
-        spec = ALL_TASKS.get(str(cell["task"].iloc[0]))
+    # Plain arrays, sliced by each run's row positions: selecting sub-frames per run and
+    # split was most of the time of a report with a few hundred runs.
+    tasks = rows["task"].to_numpy(dtype=object)
+    splits = rows["split"].to_numpy(dtype=object)
+    label_column = rows["label"].to_numpy(dtype=object)
+    probs_column = rows["probs"].to_numpy(dtype=object)
+    key_columns = {key: rows[key].to_numpy(dtype=object) for key in keys}  # <NA> stays <NA>
+    for where in rows.groupby(keys, sort=True, dropna=False).indices.values():
+        spec = ALL_TASKS.get(str(tasks[where[0]]))
         if not isinstance(spec, TaskSpec) or spec.is_regression:
             continue
-        ident = dict(zip(keys, values, strict=True))
-        select = cell[cell["split"] == SELECTION_SPLIT]
-        temperature = fit_temperature(*_arrays(select, spec)) if len(select) else math.nan
-        for split, part in cell[cell["split"] != SELECTION_SPLIT].groupby("split", sort=True):
-            probs, labels = _arrays(part, spec)
+        ident = {key: column[where[0]] for key, column in key_columns.items()}
+        select = where[splits[where] == SELECTION_SPLIT]
+        temperature = (
+            fit_temperature(*_arrays(label_column[select], probs_column[select], spec))
+            if len(select)
+            else math.nan
+        )
+        for split in sorted(set(splits[where]) - {SELECTION_SPLIT}):
+            part = where[splits[where] == split]
+            probs, labels = _arrays(label_column[part], probs_column[part], spec)
             record: dict[str, object] = {
                 **ident,
                 "split": split,
