@@ -314,7 +314,8 @@ def calibration_tables(
             if len(select)
             else math.nan
         )
-        for split in sorted(set(splits[where]) - {SELECTION_SPLIT}):
+        reported = {s for s in splits[where] if isinstance(s, str)} - {SELECTION_SPLIT}
+        for split in sorted(reported):  # a missing split is dropped, as groupby drops it
             part = where[splits[where] == split]
             probs, labels = _arrays(label_column[part], probs_column[part], spec)
             record: dict[str, object] = {
