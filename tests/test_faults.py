@@ -120,6 +120,18 @@ def test_a_command_refused_by_its_config_exits_before_importing_torch(tmp_path, 
     assert imported.isdisjoint(HEAVY_MODULES), sorted(imported.intersection(HEAVY_MODULES))
 
 
+def test_the_encoder_check_reads_the_config_and_tokenizer_without_model_classes(tmp_path):
+    """A refusal by the encoder check loads no model code: its config and tokenizer only."""
+    proc = _bench(tmp_path, *FAST, "data.max_length=4096", python=("-X", "importtime"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    # the limit comes from the encoder's config.json: it was read
+    assert [line for line in lines if "data.max_length=4096" in line and "(512)" in line]
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert "transformers.modeling_utils" not in imported  # every model class is built on it
+    assert "lightning" not in imported
+
+
 def test_an_encoder_without_tokenizer_files_is_refused_before_training(tmp_path):
     model = _incomplete_encoder(tmp_path)
     proc = _bench(tmp_path, *FAST, f"encoder.source={model}")

@@ -32,31 +32,17 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers.trainers import BpeTrainer, UnigramTrainer, WordPieceTrainer
-from transformers import (
-    BertConfig,
-    BertModel,
-    ElectraConfig,
-    ElectraModel,
-    GPT2Config,
-    GPT2Model,
-    PretrainedConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2Model,
-    RobertaConfig,
-    RobertaModel,
-    XLNetConfig,
-    XLNetModel,
-)
+from transformers import PreTrainedTokenizerFast
 
 from bench.errors import EncoderError
 from bench.paths import cache_root
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
 
 RECIPE_VERSION = 2  # 2: corpus read from source files (was live objects)
 VOCAB_SIZE = 2000
@@ -229,6 +215,24 @@ def _train_unigram(lines: Sequence[str]) -> PreTrainedTokenizerFast:
 
 def _family(family: str, lines: Sequence[str]) -> tuple[PreTrainedTokenizerFast, PreTrainedModel]:
     """The tokenizer and the random-init model (seeded) of one tiny family."""
+    # Imported here: the model classes cost seconds, and a model already built (the usual
+    # case: every check and every training after the first) is only read from its directory.
+    import torch
+    from transformers import (
+        BertConfig,
+        BertModel,
+        ElectraConfig,
+        ElectraModel,
+        GPT2Config,
+        GPT2Model,
+        Qwen2Config,
+        Qwen2Model,
+        RobertaConfig,
+        RobertaModel,
+        XLNetConfig,
+        XLNetModel,
+    )
+
     config: PretrainedConfig
     model_cls: type[PreTrainedModel]
     width = {"hidden_size": ARCH["hidden_size"], "num_hidden_layers": ARCH["num_hidden_layers"]}
