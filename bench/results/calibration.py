@@ -298,16 +298,15 @@ def calibration_tables(
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     # Plain arrays, sliced by each run's row positions: selecting sub-frames per run and
     # split was most of the time of a report with a few hundred runs.
-    tasks = rows["task"].to_numpy(dtype=object)
     splits = rows["split"].to_numpy(dtype=object)
     label_column = rows["label"].to_numpy(dtype=object)
     probs_column = rows["probs"].to_numpy(dtype=object)
     key_columns = {key: rows[key].to_numpy(dtype=object) for key in keys}  # <NA> stays <NA>
     for where in rows.groupby(keys, sort=True, dropna=False).indices.values():
-        spec = ALL_TASKS.get(str(tasks[where[0]]))
+        ident = {key: column[where[0]] for key, column in key_columns.items()}
+        spec = ALL_TASKS.get(str(ident["task"]))
         if not isinstance(spec, TaskSpec) or spec.is_regression:
             continue
-        ident = {key: column[where[0]] for key, column in key_columns.items()}
         select = where[splits[where] == SELECTION_SPLIT]
         temperature = (
             fit_temperature(*_arrays(label_column[select], probs_column[select], spec))
