@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-RESULT_FILES = ("result.json", "trial.json")
+from bench.cell import RESULT_FILE, TRIAL_FILE
+
+RESULT_FILES = (RESULT_FILE, TRIAL_FILE)
 
 
 @dataclass(frozen=True)
