@@ -99,9 +99,13 @@ def test_a_two_process_ddp_cell_writes_one_result_matching_one_process(
     assert len(ddp["history"]) == len(single["history"]) == 2
     for d, s in zip(ddp["history"], single["history"], strict=True):
         assert d["train_loss"] == pytest.approx(s["train_loss"], rel=1e-5)
-        # Spearman ranks predictions: a 1e-7 difference can swap two near-tied examples
         # The epoch is chosen on the selection slice (selection=heldout, the default).
-        assert d["select"] == pytest.approx(s["select"], abs=1e-3)
+        # Two training steps from a random init leave the 32 slice predictions within about
+        # 1e-2 of each other, so a rounding-level difference can swap near-tied examples:
+        # each adjacent swap moves Spearman by 12 / (n (n^2 - 1)) = 3.7e-4 at n = 32, and
+        # CI's machine once swapped three (1.0e-3). Pearson is continuous in the predictions.
+        assert d["select"]["pearson"] == pytest.approx(s["select"]["pearson"], abs=1e-3)
+        assert d["select"]["spearman"] == pytest.approx(s["select"]["spearman"], abs=4e-3)
     assert ddp["best"]["epoch"] == single["best"]["epoch"]
     assert ddp["best"]["metrics"]["dev"]["pearson"] != pytest.approx(0.0, abs=1e-3)
 
