@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+from collections import Counter
+
 import pytest
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.plugins.sweeper import Sweeper
 
 from bench.errors import ConfigError
 from bench.paths import config_dir
+from bench.run.cli import main
 from bench.run.plan import plan
 from bench.run.sweep import expand
 
@@ -118,3 +126,49 @@ def test_a_process_running_other_threads_composes_alone(monkeypatch):
     assert planning.plan_workers(40) == min(planning.MAX_WORKERS, cores)
     monkeypatch.setattr(planning.threading, "active_count", lambda: 2)
     assert planning.plan_workers(40) == 1
+
+
+def test_a_launch_composes_each_planned_cell_for_the_plan_and_the_launcher_only(
+    tmp_path, monkeypatch, data_dir
+):
+    """Hydra composes about a second per config here: the sweeper's legality check of a
+    job the launch's plan already composed is skipped; the plan uses the sweep's config."""
+    composed: list[tuple[str, ...]] = []
+    validated: list[list[str]] = []
+    real_load = ConfigLoaderImpl.load_configuration
+    real_validate = Sweeper.validate_batch_is_legal
+
+    def load(self, config_name, overrides, *args, **kwargs):
+        composed.append(tuple(overrides))
+        return real_load(self, config_name, overrides, *args, **kwargs)
+
+    def validate(self, batch):
+        validated.extend(batch)
+        return real_validate(self, batch)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", load)
+    monkeypatch.setattr(Sweeper, "validate_batch_is_legal", validate)
+    line = [
+        "encoder=tiny_bert",
+        "task=sst2",
+        "head=linear",
+        "freeze=frozen",
+        "data.max_length=9999",  # refused by each cell's preflight: recorded, nothing trained
+        f"runs_dir={tmp_path}/runs",
+        f"results_dir={tmp_path}/results",
+        "report_file=null",
+    ]
+    # Hydra configures the root logger for its jobs: put back pytest's handlers afterwards
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    monkeypatch.setattr(sys, "argv", ["bench", "-m", *line, "seed=1,2,3"])
+    main()  # each cell is recorded failed; the sweep goes on and ends normally
+    results = sorted((tmp_path / "runs").rglob("result.json"))
+    assert [json.loads(p.read_text())["status"] for p in results] == ["failed"] * 3
+    assert validated == []  # the plan composed all three
+    seeds = [[x for x in o if x.startswith("seed=")] for o in composed]
+    jobs = Counter(s[0] for s in seeds if s and "," not in s[0])
+    # once in the launch's plan, once in the launcher, for each of the three cells
+    assert jobs == {"seed=1": 2, "seed=2": 2, "seed=3": 2}
+    # the whole sweep is composed by Hydra's own launch (its mode, its multirun config) only
+    assert len(composed) - jobs.total() <= 3

@@ -50,7 +50,7 @@ class CollectResults(Callback):
         try:
             check_logger(config)
             pack = PackCheck()  # hydra/launcher=gpu_pack: refuse to over-pack the GPU
-            cells = plan("", overrides, multirun=True, check=pack)
+            cells = plan("", overrides, multirun=True, check=pack, base=config)
             pack.verdict()
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)

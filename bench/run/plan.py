@@ -130,11 +130,23 @@ def _composed(jobs: list[list[str]], multirun: bool) -> list[_Composed]:
         return list(pool.map(_compose_job, jobs, [multirun] * len(jobs), chunksize=chunk))
 
 
+#: Jobs (their overrides) that the latest :func:`plan` of this process composed. Hydra's
+#: sweeper composes each job once more before launching only to prove that it composes
+#: (``Sweeper.validate_batch_is_legal``); ``hydra/sweeper=grid`` skips the ones listed here.
+_COMPOSED: set[tuple[str, ...]] = set()
+
+
+def composed_by_plan(job: list[str] | tuple[str, ...]) -> bool:
+    """Whether :func:`plan` composed ``job`` (the same overrides) in this process."""
+    return tuple(job) in _COMPOSED
+
+
 def plan(
     config_dir: str | Path,
     overrides: list[str],
     multirun: bool,
     check: Callable[[DictConfig], None] | None = None,
+    base: DictConfig | None = None,
 ) -> list[PlannedCell]:
     """Expand a sweep (or a single run) into its cells and classify each.
 
@@ -145,6 +157,9 @@ def plan(
         check: A preflight check of one composed cell (e.g.
             :func:`bench.run.preflight.check_cell`); what it raises becomes the cell's
             ``problem``.
+        base: The sweep's own config with its ``hydra`` node, where the caller holds it
+            (a sweep callback is given it): then ``multirun`` is taken as given and the
+            sweep is not composed again (Hydra composes about a second per config here).
 
     Returns:
         One :class:`PlannedCell` per job, in launch order.
@@ -155,18 +170,21 @@ def plan(
             naming the key and the cell.
     """
     cells = []
+    _COMPOSED.clear()
     with hydra_context(config_dir):
-        hydra = GlobalHydra.instance().hydra
-        assert hydra is not None
-        # As Hydra decides: `-m`, or `hydra.mode: MULTIRUN` in the composed config.
-        mode = hydra.get_mode(config_name="config", overrides=overrides)
-        multirun = multirun or mode == RunMode.MULTIRUN
-        run_mode = RunMode.MULTIRUN if multirun else RunMode.RUN
-        base = hydra.compose_config("config", overrides, run_mode=run_mode)
+        if base is None:
+            hydra = GlobalHydra.instance().hydra
+            assert hydra is not None
+            # As Hydra decides: `-m`, or `hydra.mode: MULTIRUN` in the composed config.
+            mode = hydra.get_mode(config_name="config", overrides=overrides)
+            multirun = multirun or mode == RunMode.MULTIRUN
+            run_mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+            base = hydra.compose_config("config", overrides, run_mode=run_mode)
         jobs = _job_overrides(base, overrides, multirun)
         for job, composed in zip(jobs, _composed(jobs, multirun), strict=True):
             if isinstance(composed, str):
                 raise ConfigError(composed)
+            _COMPOSED.add(tuple(job))
             cfg, run_dir, state = composed
             will_run = should_run(state, ResumePolicy.of(cfg))
             problem = None
