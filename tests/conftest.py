@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,3 +78,42 @@ def assert_hashed_where_the_encoder_runs(
         assert (hashed(f"freeze={freeze}", changed) != plain) is changes, freeze
     uncached = ("freeze=frozen", "cache.enabled=false")
     assert hashed(*uncached, changed) != hashed(*uncached)
+
+
+def bench_in_this_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench *args`` through its real entry point, in this process.
+
+    The same code as the command line below the interpreter's start: a test worker has
+    imported torch and Lightning once, where each fresh ``python -m bench`` pays about ten
+    seconds for them. Use a subprocess where the process itself is the subject (signals,
+    kills, what a fresh interpreter imports, DDP). What Hydra sets up process-wide (its
+    global instance, the root logger's handlers) is put back afterwards.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from bench.run.cli import main
+
+    argv, root = sys.argv, logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        sys.argv = ["bench", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else 1
+                if isinstance(stop.code, str):
+                    print(stop.code, file=err)
+    finally:
+        sys.argv = argv
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None  # type: ignore[assignment]  # no job is running now
+    return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())

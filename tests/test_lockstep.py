@@ -8,9 +8,6 @@ must select the same epochs and give the same metrics (within 1e-5) and predicti
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from bench.cell import config_hash
 from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group, train_trials
 from bench.run.search import run_with_search, select_config
 from bench.run.train import prepare_cell, run
-from conftest import ROOT
+from conftest import bench_in_this_process
 
 
 def _cfg(compose_cfg, data_dir, tmp_path: Path, *overrides: str):
@@ -198,9 +195,6 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
     """``hydra/launcher=lockstep``: after their search, the eligible cells train as a group,
     the rest alone."""
     command = [
-        sys.executable,
-        "-m",
-        "bench",
         "-m",
         "hydra/launcher=lockstep",
         "task=sst2",
@@ -221,8 +215,7 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
         f"results_dir={tmp_path}/results",
         f"cache.dir={tmp_path}/cache",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    first = bench_in_this_process(*command)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "lock-step group of 2 cells" in first.stdout
     assert first.stdout.count("alone (order_seed is null") == 2
@@ -242,7 +235,7 @@ def test_the_lockstep_launcher_groups_a_sweep_and_resumes_it(data_dir, tmp_path)
     trials = list((tmp_path / "runs").rglob("trial.json"))
     assert len(trials) == 4  # 2 heads x 2 trials, shared by each head's cells
     assert (tmp_path / "results" / "results.csv").is_file()  # the sweep's callback ran
-    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    again = bench_in_this_process(*command)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("skip (done)") == 4
     assert "lock-step group of" not in again.stdout

@@ -25,7 +25,7 @@ from bench.run.resume import (
     running_elsewhere,
     should_run,
 )
-from conftest import CONF, ROOT
+from conftest import CONF, ROOT, bench_in_this_process
 
 TINY = (
     "encoder=tiny_bert",
@@ -37,14 +37,9 @@ TINY = (
 )
 
 
-def _bench(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _bench(*args: str) -> subprocess.CompletedProcess:
+    """``python -m bench *args``, exit status 0 (in this process: see conftest)."""
+    proc = bench_in_this_process(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -26,7 +26,7 @@ from bench.results.collect import collect
 from bench.run.plan import plan
 from bench.run.resume import CellState, ResumePolicy, cell_state, should_run
 from bench.run.train import run
-from conftest import CONF, ROOT
+from conftest import CONF, ROOT, bench_in_this_process
 
 SMALL = (
     "encoder=tiny_bert",
@@ -81,13 +81,14 @@ def _error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_a_rerun_with_another_config_keeps_the_finished_result_in_superseded(tmp_path):
-    first = _bench(*_sweep(tmp_path, "seed=1"))
+    first = bench_in_this_process(*_sweep(tmp_path, "seed=1"))
     assert first.returncode == 0, first.stderr[-2000:]
     cell = tmp_path / "runs" / CELL
     earlier = (cell / "result.json").read_bytes()
     predictions = (cell / "predictions_dev.csv").read_bytes()
 
-    second = _bench(*_sweep(tmp_path, "seed=1", "optim.frozen_head_lr=3e-3"))  # hashed: stale
+    # optim.frozen_head_lr is hashed: the stored result is stale
+    second = bench_in_this_process(*_sweep(tmp_path, "seed=1", "optim.frozen_head_lr=3e-3"))
     assert second.returncode == 0, second.stderr[-2000:]
     stored_hash = json.loads(earlier)["config_hash"][:12]
     kept = cell / "superseded" / stored_hash
@@ -99,7 +100,7 @@ def test_a_rerun_with_another_config_keeps_the_finished_result_in_superseded(tmp
     assert newer["status"] == "ok" and newer["config"]["optim"]["frozen_head_lr"] == 3e-3
 
     # Back to the first configuration: the second result is kept too, nothing is lost.
-    third = _bench(*_sweep(tmp_path, "seed=1"))
+    third = bench_in_this_process(*_sweep(tmp_path, "seed=1"))
     assert third.returncode == 0, third.stderr[-2000:]
     assert sorted(p.name for p in (cell / "superseded").iterdir()) == sorted(
         [stored_hash, newer["config_hash"][:12]]
@@ -107,7 +108,7 @@ def test_a_rerun_with_another_config_keeps_the_finished_result_in_superseded(tmp
 
     # +force=true re-trains a done cell; its finished result is kept as well (a suffix).
     done = (cell / "result.json").read_bytes()
-    forced = _bench(*_sweep(tmp_path, "seed=1", "+force=true"))
+    forced = bench_in_this_process(*_sweep(tmp_path, "seed=1", "+force=true"))
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert f"kept the earlier result (done) in {cell}/superseded/{stored_hash}-2" in forced.stdout
     assert (cell / "superseded" / f"{stored_hash}-2" / "result.json").read_bytes() == done
@@ -117,7 +118,7 @@ def test_an_unreadable_result_is_kept_not_deleted(tmp_path):
     cell = tmp_path / "runs" / CELL
     cell.mkdir(parents=True)
     (cell / "result.json").write_text('{"schema": 99, "status": "ok", "hand-edited": tru')
-    proc = _bench(*_sweep(tmp_path, "seed=1"))
+    proc = bench_in_this_process(*_sweep(tmp_path, "seed=1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (cell / "superseded" / "unreadable" / "result.json").read_text().endswith("tru")
     assert json.loads((cell / "result.json").read_text())["status"] == "ok"
@@ -168,7 +169,7 @@ def test_an_unwritable_results_dir_stops_the_sweep_before_training(tmp_path):
 
 def test_a_sweep_whose_results_cannot_be_written_at_its_end_exits_non_zero(tmp_path):
     (tmp_path / "results" / "results.csv").mkdir(parents=True)  # in the way of the table
-    proc = _bench(*_sweep(tmp_path, "seed=1"))
+    proc = bench_in_this_process(*_sweep(tmp_path, "seed=1"))
     assert proc.returncode == 1
     assert f"error: the results were not collected into {tmp_path}/results" in proc.stderr
     assert json.loads((tmp_path / "runs" / CELL / "result.json").read_text())["status"] == "ok"
@@ -187,7 +188,7 @@ def test_a_sweep_into_another_sweeps_results_is_refused_before_it_trains(tmp_pat
     collect([earlier], results)
     before = _snapshot(results)
     before.pop(".collect.lock")  # the lock is taken again, its time may change
-    proc = _bench(*_sweep(tmp_path, "seed=1"))
+    proc = bench_in_this_process(*_sweep(tmp_path, "seed=1"))
     assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = [x for x in _error_lines(proc) if x.startswith("error:")]
     assert line.startswith(
@@ -202,7 +203,7 @@ def test_a_sweep_into_another_sweeps_results_is_refused_before_it_trains(tmp_pat
     assert after == before  # every output: same bytes, same modification time
     # the way out the message names: this sweep's tables elsewhere, then both in one table
     elsewhere = tmp_path / "results-new"
-    proc = _bench(*_sweep(tmp_path, "seed=1"), f"results_dir={elsewhere}")
+    proc = bench_in_this_process(*_sweep(tmp_path, "seed=1"), f"results_dir={elsewhere}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((runs / CELL / "result.json").read_text())["status"] == "ok"
     both = ["-m", "bench.results.collect", str(earlier), str(runs), "-o", str(results)]
@@ -231,12 +232,12 @@ with cell_lock(sys.argv[1]) as mine:
 
 def test_a_skipped_cell_is_left_untouched_done_or_running_elsewhere(tmp_path):
     sweep = _sweep(tmp_path, "seed=1")
-    assert _bench(*sweep).returncode == 0
+    assert bench_in_this_process(*sweep).returncode == 0
     cell = tmp_path / "runs" / CELL
     before = _snapshot(cell)
     assert ".hydra/config.yaml" in before and "result.json" in before
 
-    done = _bench(*sweep)  # skipped: done
+    done = bench_in_this_process(*sweep)  # skipped: done
     assert done.returncode == 0 and f"skip (done): {cell}/result.json" in done.stdout
     assert _snapshot(cell) == before
 
@@ -245,7 +246,8 @@ def test_a_skipped_cell_is_left_untouched_done_or_running_elsewhere(tmp_path):
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        running = _bench(*sweep, "+force=true")  # skipped: another process trains it
+        # skipped: another process trains it
+        running = bench_in_this_process(*sweep, "+force=true")
         assert running.returncode == 0, running.stderr[-2000:]
         assert f"skip (running in another process): {cell}/result.json" in running.stdout
         assert _snapshot(cell) == before
