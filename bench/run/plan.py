@@ -159,7 +159,7 @@ def plan(
             ``problem``.
         base: The sweep's own config with its ``hydra`` node, where the caller holds it
             (a sweep callback is given it): then ``multirun`` is taken as given and the
-            sweep is not composed again (Hydra composes about a second per config here).
+            sweep is not composed twice more (Hydra takes about half a second per config here).
 
     Returns:
         One :class:`PlannedCell` per job, in launch order.
