@@ -59,6 +59,7 @@ HEADLINE_COLUMNS = [
     "ci_low",
     "ci_high",
     "n_pairs",
+    "design",
     "p",
     "p_holm",
     "n_comparisons",
@@ -130,6 +131,7 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             ci_low=np.nan,
             ci_high=np.nan,
             n_pairs=0,
+            design="",
             p=np.nan,
             p_holm=np.nan,
             n_comparisons=0,
@@ -148,7 +150,7 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             mine = shown
             for column, value in zip(SETTING, keys, strict=True):
                 mine = mine[mine[column] == value]
-            tied = mine[~(mine["p_holm_all"] < ALPHA)]["head_b"]
+            tied = mine[~mine["ahead"].astype(bool)]["head_b"]
             row["tied"] = ", ".join(str(h) for h in tied)
             pair = mine[mine["head_b"] == runner["head_label"]]
             if pair.empty or int(pair.iloc[0]["n_pairs"]) == 0:
@@ -160,15 +162,24 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
                     ci_low=r["t_low"],
                     ci_high=r["t_high"],
                     n_pairs=int(r["n_pairs"]),
+                    design=r["design"] if isinstance(r.get("design"), str) else "",
                     p=r["p"],
                     p_holm=r["p_holm_all"],
                     n_comparisons=int(r["n_comparisons_all"]),
-                    tier=r["significance"],
+                    tier=_tier(r),
                     reason=r["reason"] if isinstance(r["reason"], str) else "",
                 )
-                row["significant"] = bool(pd.notna(row["p_holm"]) and row["p_holm"] < ALPHA)
+                row["significant"] = bool(r["ahead"])
         rows.append(row)
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+
+
+def _tier(r: pd.Series) -> str:
+    """A leader comparison's tier, marked where the significant side is the other head's."""
+    tier = str(r["significance"])
+    if pd.notna(r["p_holm_all"]) and r["p_holm_all"] < ALPHA and not r["ahead"]:
+        return f"{tier} (behind)"
+    return tier
 
 
 def has_winner(frame: pd.DataFrame) -> pd.Series:
@@ -205,7 +216,8 @@ def _opening(r: pd.Series, where: str, mean: str) -> tuple[str, str]:
     """A verdict's first clause, and what links it to the lead over the runner-up.
 
     A best mean at or below the failure threshold names no winner (:func:`has_winner`); a
-    winner whose t-interval reaches the threshold is named with that caveat.
+    winner whose t-interval reaches the threshold is named with that caveat. The winner
+    *beats* the runner-up only when it is significantly ahead; otherwise it *leads*.
     """
     unit = short_metric(r["metric"])
     constant = f"{_threshold(r)} ({points(r['threshold'])} {unit})"
@@ -215,12 +227,13 @@ def _opening(r: pd.Series, where: str, mean: str) -> tuple[str, str]:
             f"mean is {r['winner']}'s {mean}",
             ", which leads",
         )
+    beats = "beats" if r["significant"] else "leads"
     if r["vs_constant"] == stats.INTERVAL_REACHES:
         return (
             f"{where}: {r['winner']} scores {mean}, an interval that reaches {constant}",
-            ", and beats",
+            f", and {beats}",
         )
-    return f"{where}: {r['winner']} scores {mean}", " and beats"
+    return f"{where}: {r['winner']} scores {mean}", f" and {beats}"
 
 
 def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
@@ -240,11 +253,21 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
             f"points on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too "
             "few for an interval or a test." + _failures(r)
         )
+    if r["margin"] <= 0:
+        gap = r["winner_mean"] - r["runner_mean"]
+        text = (
+            f"{opening}{link} {r['runner_up']} by {points(gap)} points over all their runs, "
+            f"but on the {_paired_runs(r)} that both completed it is behind by "
+            f"{points(-r['margin'])} points (95% t-interval "
+            f"{interval(r['ci_low'], r['ci_high'])}; paired t-test, Holm over all "
+            f"{r['n_comparisons']} headline comparisons: p = {pvalue(r['p_holm'])})."
+        )
+        return text + _failures(r)
     text = (
         f"{opening}{link} {r['runner_up']} by "
         f"{points(r['margin'])} "
-        f"points (95% t-interval {interval(r['ci_low'], r['ci_high'])}, {r['n_pairs']} paired "
-        f"seeds; paired t-test, Holm over all {r['n_comparisons']} headline comparisons: "
+        f"points (95% t-interval {interval(r['ci_low'], r['ci_high'])}, {_paired_runs(r)}; "
+        f"{_test_name(r)}, Holm over all {r['n_comparisons']} headline comparisons: "
         f"p = {pvalue(r['p_holm'])}"
     )
     if r["significant"]:
@@ -257,6 +280,22 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
         best = "the winner" if r["vs_constant"] != stats.NOT_ABOVE else r["winner"]
         text += f" Not distinguishable from {best}: {r['tied']}."
     return text + _failures(r)
+
+
+def _paired_runs(r: pd.Series) -> str:
+    """``10 paired seeds``, or for crossed runs ``25 paired runs (5 seeds × 5 orders)``."""
+    design = r.get("design")
+    if isinstance(design, str) and design:
+        return f"{int(r['n_pairs'])} paired runs ({design}, crossed)"
+    return f"{int(r['n_pairs'])} paired seeds"
+
+
+def _test_name(r: pd.Series) -> str:
+    """The test behind a verdict's p: the paired t-test, or its crossed-design form."""
+    design = r.get("design")
+    if isinstance(design, str) and design:
+        return "t-test with seed and order effects (Satterthwaite df)"
+    return "paired t-test"
 
 
 def tested_phrase(shown: pd.DataFrame) -> str:
@@ -293,12 +332,12 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
         )
     if shown.empty:
         return text + "No setting has two heads to compare."
-    significant = int((shown["p_holm_all"] < ALPHA).sum())
+    significant = int(shown["ahead"].astype(bool).sum())
     tested = int(shown["p"].notna().sum())
     text += (
-        f"{significant} of the {tested} tested headline comparisons (each winner against "
+        f"In {significant} of the {tested} tested headline comparisons (each winner against "
         f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
-        f"are significant at α = {ALPHA}; "
+        f"the winner is significantly ahead at α = {ALPHA}; "
     )
     clear = int((frame["significant"] & has_winner(frame)).sum())
     text += (
@@ -414,6 +453,12 @@ def _selection_of(ctx: ReportContext) -> dict[tuple[str, str, str], str]:
     return {k: "+".join(sorted(v)) for k, v in found.items()}
 
 
+def _runs_cell(n_pairs: object, design: object) -> str:
+    """A table's count of paired runs, with the crossed grid where there is one."""
+    count = str(int(n_pairs))  # type: ignore[call-overload]
+    return f"{count} ({design})" if isinstance(design, str) and design else count
+
+
 def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
     """The verdict per setting as a table."""
     selection = _selection_of(ctx)
@@ -430,7 +475,7 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             points(r["runner_mean"]),
             points(r["margin"]),
             interval(r["ci_low"], r["ci_high"]),
-            r["n_pairs"],
+            _runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
             r["tier"],
@@ -491,7 +536,7 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             interval(r["t_low"], r["t_high"]),
             interval(r["ci_low"], r["ci_high"])
             + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
-            int(r["n_pairs"]),
+            _runs_cell(r["n_pairs"], r.get("design")),
             pvalue(r["p"]),
             pvalue(r["p_holm_all"]),
             r["significance"],

@@ -74,9 +74,11 @@ def encode(spec: TaskSpec, values: pd.Series) -> np.ndarray:
 def head_matrix(
     predictions: pd.DataFrame, keys: dict[str, object], head: str, split: str
 ) -> tuple[pd.Series, pd.DataFrame]:
-    """Gold labels by example and predictions (examples × seeds) of one head on a split.
+    """Gold labels by example and predictions (examples × runs) of one head on a split.
 
-    A ``train_size`` key matches :data:`bench.results.stats.WHOLE_SPLIT` to rows without one.
+    A run is a seed and, where the predictions have the column, its ``order_seed`` (a
+    crossed study has several runs per seed). A ``train_size`` key matches
+    :data:`bench.results.stats.WHOLE_SPLIT` to rows without one.
     """
     rows = predictions[(predictions["head_label"] == head) & (predictions["split"] == split)]
     for column, value in keys.items():
@@ -86,7 +88,13 @@ def head_matrix(
             continue
         rows = rows[rows[column] == value]
     gold = rows.drop_duplicates("example").set_index("example")["label"].sort_index()
-    wide = rows.pivot_table(index="example", columns="seed", values="pred", aggfunc="first")
+    runs = ["seed"]
+    if "order_seed" in rows:  # a run is a seed and its batch order (crossed studies)
+        rows = rows.assign(
+            order_seed=rows["order_seed"].astype("Int64").fillna(stats.ORDER_FROM_SEED)
+        )
+        runs.append("order_seed")
+    wide = rows.pivot_table(index="example", columns=runs, values="pred", aggfunc="first")
     return gold, wide.sort_index()
 
 

@@ -300,7 +300,7 @@ def _tested(prefix: str, pair: pd.Series | None, alpha: float) -> dict[str, Any]
         f"{prefix}_p": pair["p"],
         f"{prefix}_p_holm": p_holm,
         f"{prefix}_tier": pair["significance"],
-        f"{prefix}_significant": bool(pd.notna(p_holm) and p_holm < alpha),
+        f"{prefix}_significant": bool(pd.notna(p_holm) and p_holm < alpha and pair["diff"] > 0),
         f"{prefix}_note": pair["reason"] if isinstance(pair["reason"], str) else "",
     }
 

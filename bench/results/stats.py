@@ -25,6 +25,10 @@ Conventions:
 * ``mean``/``std``/``median``/``min``/``max`` and the intervals use every run that has a
   value, including ok runs at or below the threshold (they are real outcomes of that seed);
   runs without a value cannot enter them but are counted in ``n_failed``.
+* Runs that cross seeds with batch-order seeds (every seed with several ``order_seed``
+  values, each order with several seeds) are not independent: their intervals and paired
+  tests use the two-way random-effects analysis of :mod:`bench.results.crossed` (Student t
+  with Satterthwaite's df; Owen's pigeonhole bootstrap), and ``design`` names the grid.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from bench.data.tasks import ALL_TASKS
+from bench.results import crossed
 
 #: ``train_size`` of a cell trained on the whole training split (normalised tables).
 WHOLE_SPLIT = 0
@@ -78,6 +83,8 @@ N_RESAMPLES = 10_000  # bootstrap resamples
 CONFIDENCE = 0.95
 RNG_SEED = 0  # fixed, so every table is reproducible to the last digit
 DECIMALS = 12  # paired differences are rounded to this many decimals (float noise)
+#: Why crossed runs get no Wilcoxon p (:func:`compare_heads`).
+CROSSED_NO_SIGNED_RANK = "crossed seeds × orders: the signed-rank test needs independent pairs"
 #: Significance tiers after Holm: (upper bound, tier); a p at or above the last is "n.s.".
 SIGNIFICANCE_TIERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 NOT_SIGNIFICANT = "n.s."
@@ -454,15 +461,23 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
         with a value), n_failed, n_error (status failed/diverged), mean, std (ddof=1),
         median, min, max, t_low, t_high (Student-t interval of the mean), ci_low, ci_high
         (bootstrap interval of the mean), ci_method (what made ``ci_*``: ``BCa``,
-        ``percentile``, ``constant`` or ``none``; see :func:`bootstrap_interval`),
-        baseline (majority class), best_constant, threshold.
+        ``percentile``, ``constant`` or ``none``, see :func:`bootstrap_interval`; or
+        ``pigeonhole`` for crossed runs), design (``""`` for independent runs, else the
+        crossed grid, ``"5 seeds × 5 orders"``: its intervals are those of
+        :mod:`bench.results.crossed`, over the grid's complete part), baseline (majority
+        class), best_constant, threshold.
     """
     runs = run_values(table, metric=metric, split=split)
     out = []
     for keys, group in runs.groupby(GROUP_KEYS, sort=True):
         x = _finite(group["value"].to_numpy(dtype=float))
-        t_low, t_high = t_interval(x)
-        low, high, how = bootstrap_interval(x)
+        grid = crossed.grid_of(group.set_index(PAIR_KEYS)["value"])
+        if grid is None:
+            t_low, t_high = t_interval(x)
+            low, high, how = bootstrap_interval(x)
+        else:
+            t_low, t_high = crossed.crossed_t_interval(grid)
+            low, high, how = crossed.pigeonhole_interval(grid, n_resamples=N_RESAMPLES)
         first = group.iloc[0]
         out.append(
             {
@@ -486,6 +501,7 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
                 "ci_low": low,
                 "ci_high": high,
                 "ci_method": how,
+                "design": crossed.design_text(grid),
                 "baseline": float(group["baseline"].mean()),
                 "best_constant": float(group["best_constant"].mean()),
                 "threshold": float(group["threshold"].mean()),
@@ -512,6 +528,7 @@ def cell_stats(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
         "ci_low",
         "ci_high",
         "ci_method",
+        "design",
         "baseline",
         "best_constant",
         "threshold",
@@ -672,8 +689,11 @@ def compare_heads(
     Returns:
         One row per (setting, head_a, head_b): n_pairs, seeds, mean_a, mean_b, diff
         (mean of a - b), t_low, t_high (t interval of the mean difference), ci_low,
-        ci_high, ci_method (bootstrap interval of it, as in :func:`cell_stats`), p
-        (paired t-test), p_min (smallest p the t-test can reach: 0 wherever it runs),
+        ci_high, ci_method (bootstrap interval of it, as in :func:`cell_stats`), design
+        (as in :func:`cell_stats`: for crossed runs, the test, the t interval and the
+        bootstrap are :mod:`bench.results.crossed`'s on the complete grid of
+        differences, and there is no Wilcoxon test), p (paired t-test), p_min
+        (smallest p the t-test can reach: 0 wherever it runs),
         reason (why ``p`` is NaN), p_wilcoxon, p_wilcoxon_min (its exact floor
         ``2/2^k`` over the k non-zero differences), reason_wilcoxon, n_comparisons,
         p_holm.
@@ -687,12 +707,22 @@ def compare_heads(
         for i, head_a in enumerate(heads):
             for head_b in heads[i + 1 :]:
                 pair = wide[[head_a, head_b]].dropna()
+                grid = crossed.grid_of(pair[head_a] - pair[head_b])
+                if grid is not None:  # keep the grid's runs only, in the grid's order
+                    pair = pair.loc[grid.stack().index]
                 a = pair[head_a].to_numpy(dtype=float)
                 b = pair[head_b].to_numpy(dtype=float)
                 d = a - b
-                p, t_low, t_high, reason = paired_t_test(a, b)
-                p_w, reason_w = paired_test(d)
-                low, high, how = bootstrap_interval(d)
+                if grid is None:
+                    p, t_low, t_high, reason = paired_t_test(a, b)
+                    p_w, reason_w = paired_test(d)
+                    low, high, how = bootstrap_interval(d)
+                else:
+                    p, t_low, t_high, reason = crossed.crossed_t_test(grid.round(DECIMALS))
+                    p_w, reason_w = float("nan"), CROSSED_NO_SIGNED_RANK
+                    low, high, how = crossed.pigeonhole_interval(
+                        grid.round(DECIMALS), n_resamples=N_RESAMPLES
+                    )
                 nonzero = int(np.count_nonzero(np.round(d, DECIMALS)))
                 rows.append(
                     {
@@ -711,6 +741,7 @@ def compare_heads(
                         "ci_low": low,
                         "ci_high": high,
                         "ci_method": how,
+                        "design": crossed.design_text(grid),
                         "p": p,
                         "p_min": 0.0 if not reason else np.nan,
                         "reason": reason,
@@ -735,6 +766,7 @@ def compare_heads(
         "ci_low",
         "ci_high",
         "ci_method",
+        "design",
         "p",
         "p_min",
         "reason",
@@ -782,14 +814,22 @@ def holm_all(comparisons: pd.DataFrame, p: str = "p") -> pd.DataFrame:
 
     Returns:
         A copy with ``n_comparisons_all`` (finite p-values corrected together),
-        ``p_holm_all`` and ``significance`` (:func:`significance_tier` of
-        ``p_holm_all``).
+        ``p_holm_all``, ``significance`` (:func:`significance_tier` of ``p_holm_all``:
+        two-sided, whichever head is ahead) and, where the rows have ``diff``
+        (:func:`compare_heads` rows), ``ahead``: whether ``head_a`` is
+        significantly *ahead* (``p_holm_all`` < :data:`ALPHA` and ``diff`` > 0). A leader
+        chosen by its mean over all its runs can be significantly behind on the seeds both
+        heads completed (the other head's missing seeds were its good ones); ``ahead`` is
+        what "the leader wins significantly" means.
     """
     out = comparisons.copy()
     raw = pd.to_numeric(out[p], errors="coerce").to_numpy(dtype=float)
     out["n_comparisons_all"] = int(np.count_nonzero(~np.isnan(raw)))
     out["p_holm_all"] = holm(raw)
     out["significance"] = [significance_tier(v) for v in out["p_holm_all"]]
+    if "diff" in out:
+        diff = pd.to_numeric(out["diff"], errors="coerce").to_numpy(dtype=float)
+        out["ahead"] = (out["p_holm_all"].to_numpy(dtype=float) < ALPHA) & (diff > 0)
     return out
 
 
