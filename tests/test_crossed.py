@@ -22,6 +22,7 @@ from bench.report.inputs import load_inputs
 from bench.report.per_example import per_example_row
 from bench.results import crossed, stats
 from bench.results.curves import curve_leaders
+from bench.results.reproduction import compare
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANCE = REPO / "results" / "variance_seeds"
@@ -294,3 +295,26 @@ def test_a_curve_change_to_a_head_behind_on_paired_seeds_is_not_significant():
     assert at_400["leader"] == "a" and at_400["changed"]
     assert at_400["change"] < 0 and at_400["change_p_holm"] < 0.05
     assert not at_400["change_significant"] and not at_400["margin_significant"]
+
+
+@pytest.mark.skipif(not (VARIANCE / "results.csv").exists(), reason="no committed study")
+def test_a_self_check_of_a_crossed_study_replaces_only_the_rerun_runs():
+    committed = pd.read_csv(VARIANCE / "results.csv")
+    mine = (
+        (committed["task"] == "sst2")
+        & (committed["head_label"] == "linear")
+        & (committed["seed"] == 1)
+        & committed["order_seed"].isin([2, 3])
+    )
+    today = committed[mine].copy()
+    today.loc[today["order_seed"] == 2, "value"] += 0.05  # one run moved, one identical
+    rep = compare(committed, today)
+    cell = rep.cells.set_index("order_seed")
+    assert cell.loc[2, "diff"] == pytest.approx(0.05) and cell.loc[3, "identical"]
+    setting = rep.settings.iloc[0]
+    runs = stats.run_values(committed)
+    head = runs[(runs["task"] == "sst2") & (runs["head_label"] == "linear")]
+    assert len(head) == 25
+    expected = (head["value"].sum() + 0.05) / 25  # only (seed 1, order 2) moved
+    assert setting["today_mean"] == pytest.approx(expected, rel=1e-9)
+    assert setting["seeds"] == [1, 1]

@@ -35,6 +35,7 @@ from bench.results.render import Table, to_text
 from bench.results.stats import (
     CONFIDENCE,
     GROUP_KEYS,
+    PAIR_KEYS,
     RUN_KEYS,
     cell_stats,
     fill_axes,
@@ -365,13 +366,18 @@ def _settings(
     rows = []
     for _, stat in stats.iterrows():
         mask = (committed_runs[GROUP_KEYS] == stat[GROUP_KEYS]).all(axis=1)
-        values = committed_runs[mask].set_index("seed")["value"].astype(float)
-        redo = cells[(cells[GROUP_KEYS] == stat[GROUP_KEYS]).all(axis=1)].set_index("seed")
-        seeds = [int(s) for s in redo.index]
+        # a run is a seed and its order seed: a crossed study has several runs per seed
+        values = committed_runs[mask].set_index(PAIR_KEYS)["value"].astype(float)
+        redo = cells[(cells[GROUP_KEYS] == stat[GROUP_KEYS]).all(axis=1)].set_index(PAIR_KEYS)
+        seeds = [int(s) for s, _ in redo.index]
         mixed = values.copy()
         mixed[redo.index] = redo["today"].astype(float)
         today_mean = _mean(mixed)
-        failed = [s for s in seeds if redo.loc[s, "status"] != "ok" or math.isnan(mixed[s])]
+        failed = [
+            int(run[0])
+            for run in redo.index
+            if redo.loc[run, "status"] != "ok" or math.isnan(mixed[run])
+        ]
         in_t = bool(stat["t_low"] <= today_mean <= stat["t_high"])
         in_ci = (
             None
