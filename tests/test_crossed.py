@@ -318,3 +318,31 @@ def test_a_self_check_of_a_crossed_study_replaces_only_the_rerun_runs():
     expected = (head["value"].sum() + 0.05) / 25  # only (seed 1, order 2) moved
     assert setting["today_mean"] == pytest.approx(expected, rel=1e-9)
     assert setting["seeds"] == [1, 1]
+
+
+def test_differences_constant_up_to_float_noise_get_a_constant_interval():
+    table = pd.DataFrame(
+        [
+            {
+                "task": "sst2",
+                "encoder": "minilm",
+                "head": head,
+                "head_label": head,
+                "freeze": "frozen",
+                "freeze_label": "frozen",
+                "seed": seed,
+                "status": "ok",
+                "main_metric": "accuracy",
+                "split": "dev",
+                "metric": "accuracy",
+                "value": value,
+                "baseline": 0.5,
+                "best_constant": 0.5,
+            }
+            for head, values in (("a", [0.81, 0.84, 0.9]), ("b", [0.78, 0.81, 0.87]))
+            for seed, value in enumerate(values, start=1)
+        ]
+    )
+    row = stats.compare_heads(table).iloc[0]
+    assert row["reason"] == "differences constant: t undefined"
+    assert row["ci_method"] == "constant" and row["ci_low"] == row["ci_high"]

@@ -716,7 +716,7 @@ def compare_heads(
                 if grid is None:
                     p, t_low, t_high, reason = paired_t_test(a, b)
                     p_w, reason_w = paired_test(d)
-                    low, high, how = bootstrap_interval(d)
+                    low, high, how = bootstrap_interval(np.round(d, DECIMALS))
                 else:
                     p, t_low, t_high, reason = crossed.crossed_t_test(grid.round(DECIMALS))
                     p_w, reason_w = float("nan"), CROSSED_NO_SIGNED_RANK
