@@ -15,17 +15,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 from omegaconf import OmegaConf
+from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
+from sklearn.metrics import matthews_corrcoef
 from test_report import write_synthetic_sweep
 
 from bench.cell import RESULT_SCHEMA, SUPERSEDED_DIR
+from bench.data.glue_files import glue_file, read_glue_tsv
+from bench.data.sequence_datamodule import write_predictions
+from bench.data.tasks import TaskSpec, get_task
 from bench.errors import CollectError, HeadbenchError
+from bench.model.metrics import score
+from bench.model.task_types import SequenceEvaluation
 from bench.report.inputs import load_inputs
 from bench.results.collect import collect, find_result_files, read_results, read_table
+from bench.results.degenerate import prediction_summary
+from bench.results.predictions import cell_predictions
+from bench.results.rescore import mismatches
+from bench.results.stats import cell_stats, run_values
 from bench.run.callbacks import CollectResults
-from conftest import ROOT
+from conftest import DATA_DIR, ROOT
 
 OUTPUTS = ("results.csv", "results.parquet", "history.csv", "cells.json", "launches.jsonl")
 
@@ -473,3 +486,192 @@ def test_what_a_sweep_would_drop_is_known_before_it_trains(collected, tmp_path, 
     assert dropped_at_launch(out, runs, []) == ([], [os.path.relpath(cells[0], ROOT)])
     assert dropped_at_launch(out, runs, [cells[0]]) == ([], [])
     assert len(results) == len(recorded)
+
+
+# --- case 10: a run whose main metric is undefined is kept, and counted as failed -----------
+
+#: Committed cells of a real sweep (schema 2, with their predictions), copied, never changed.
+FAIR_HEADS = ROOT / "results" / "fair_heads" / "runs"
+
+
+def _dev_labels(spec: TaskSpec) -> list:
+    """The real dev labels of a GLUE task, as the data module holds them."""
+    return read_glue_tsv(glue_file(DATA_DIR, spec, spec.dev["dev"].filename), spec)["label"]
+
+
+def _predict_constant(spec: TaskSpec, labels: list, constant: float) -> tuple[dict, dict]:
+    """A model predicting ``constant`` everywhere, evaluated as training evaluates it.
+
+    Constant logits go through the real in-loop evaluation batch by batch, so the metrics
+    are the ones training records and the kept predictions the ones it writes.
+
+    Returns:
+        ``(metrics, predictions)``: the split's recorded metrics, and its kept
+        ``idx``/``label``/``pred`` (``prob``) lists.
+    """
+    evaluation = SequenceEvaluation(spec, ["dev"])
+    for start in range(0, len(labels), 32):
+        part = labels[start : start + 32]
+        if spec.is_regression:
+            logits = torch.full((len(part), 1), constant, dtype=torch.float32)
+            gold = torch.tensor(part, dtype=torch.float32)
+        else:
+            logits = torch.zeros(len(part), spec.num_labels)
+            logits[:, int(constant)] = 1.0
+            gold = torch.tensor(part, dtype=torch.long)
+        batch = {"labels": gold, "idx": torch.arange(start, start + len(part))}
+        evaluation.update("dev", torch.nn.Identity(), logits, batch)
+    return evaluation.scores("dev", world_size=1), evaluation.collect("dev")
+
+
+def _sweep_with_a_constant_run(
+    tmp_path: Path, task: str, constant: float, legacy_spearman: bool = False
+) -> tuple[Path, Path]:
+    """Three committed seeds of one setting; seed 2 re-made as a constant predictor.
+
+    Seed 2's ``predictions_dev.csv``, ``best.metrics``, selection scores and degenerate
+    flag are written as train.run writes them (``legacy_spearman``: its Spearman as results
+    made before correlations of a constant were recorded as undefined held it, 0.0).
+
+    Returns:
+        ``(runs root, seed 2's run directory)``.
+    """
+    setting = Path(task) / "minilm" / "bilstm" / "frozen"
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        shutil.copytree(FAIR_HEADS / setting / f"seed={seed}", runs / setting / f"seed={seed}")
+    run_dir = runs / setting / "seed=2"
+    spec = get_task(task)
+    metrics, kept = _predict_constant(spec, _dev_labels(spec), constant)
+    if legacy_spearman:
+        metrics["spearman"] = 0.0
+    (run_dir / "predictions_dev.csv.gz").unlink()
+    write_predictions(run_dir, {"dev": kept})
+    result = json.loads((run_dir / "result.json").read_text())
+    result["best"]["metrics"] = {"dev": metrics}
+    train = read_glue_tsv(glue_file(DATA_DIR, spec, "train.tsv"), spec)["label"]
+    ids = result["selection"]["ids"]
+    result["selection"]["metrics"] = score(spec, [constant] * len(ids), [train[i] for i in ids])
+    summary = prediction_summary(spec, {"dev": kept})
+    result["predictions_summary"], result["degenerate"] = summary, summary["degenerate"]
+    assert summary["degenerate"]
+    (run_dir / "result.json").write_text(json.dumps(result))
+    return runs, run_dir
+
+
+@pytest.mark.parametrize("legacy_spearman", [False, True], ids=["recorded-now", "spearman-0.0"])
+def test_a_constant_stsb_run_is_collected_and_counted_as_failed(tmp_path, capsys, legacy_spearman):
+    committed = json.loads(
+        (FAIR_HEADS / "stsb/minilm/bilstm/frozen/seed=2/result.json").read_text()
+    )
+    train_mean = float(committed["baseline"]["dev"]["prediction"])  # a collapsed regressor's output
+    runs, run_dir = _sweep_with_a_constant_run(tmp_path, "stsb", train_mean, legacy_spearman)
+    recorded = json.loads((run_dir / "result.json").read_text())["best"]["metrics"]["dev"]
+    assert recorded == {"pearson": None, "spearman": 0.0 if legacy_spearman else None}
+    rows = cell_predictions(
+        {**json.loads((run_dir / "result.json").read_text()), "run_dir": str(run_dir)}
+    )
+    y, p = rows["label"].astype(float), rows["pred"].astype(float)
+    with pytest.warns(ConstantInputWarning):
+        assert np.isnan(pearsonr(y, p)[0]) and np.isnan(spearmanr(y, p)[0])
+
+    out = tmp_path / "results"
+    collect([runs], out)
+    printed = capsys.readouterr().out
+    assert "refused" not in printed and "do not re-score" not in printed, printed
+    table = read_table(out / "results.csv")
+    assert len(table.drop_duplicates(subset=["run_dir"])) == 3
+    mine = table[table["seed"] == 2].set_index("metric")["value"]
+    assert np.isnan(mine["pearson"])
+    assert (mine["spearman"] == 0.0) if legacy_spearman else np.isnan(mine["spearman"])
+
+    runs_table = run_values(table)  # main metric: Pearson, on dev
+    failed = runs_table.set_index("seed")
+    assert failed.loc[2, "fail_reason"] == "undefined" and bool(failed.loc[2, "failed"])
+    assert not failed.loc[[1, 3], "failed"].any()
+    [setting] = cell_stats(table).to_dict("records")
+    counts = {k: setting[k] for k in ("n_runs", "n", "n_failed", "n_error")}
+    assert counts == {"n_runs": 3, "n": 2, "n_failed": 1, "n_error": 0}
+    spearman = cell_stats(table, metric="spearman").iloc[0]
+    assert spearman["n_failed"] == 1  # undefined, or (legacy) 0.0 at the best constant 0
+
+
+@pytest.mark.parametrize("constant", [0, 1], ids=["all-unacceptable", "all-acceptable"])
+def test_a_constant_cola_run_is_collected_and_counted_as_failed(tmp_path, capsys, constant):
+    runs, run_dir = _sweep_with_a_constant_run(tmp_path, "cola", constant)
+    recorded = json.loads((run_dir / "result.json").read_text())["best"]["metrics"]["dev"]
+    labels = _dev_labels(get_task("cola"))
+    assert recorded["mcc"] == matthews_corrcoef(labels, [constant] * len(labels)) == 0.0
+
+    out = tmp_path / "results"
+    collect([runs], out)
+    printed = capsys.readouterr().out
+    assert "refused" not in printed and "do not re-score" not in printed, printed
+    table = read_table(out / "results.csv")
+    failed = run_values(table).set_index("seed")
+    assert failed.loc[2, "value"] == 0.0
+    assert failed.loc[2, "fail_reason"] == "at or below best constant"
+    assert not failed.loc[[1, 3], "failed"].any()
+    assert cell_stats(table).iloc[0]["n_failed"] == 1
+
+
+def _stsb_rows(labels: list[float], preds: list[float]) -> pd.DataFrame:
+    """One STS-B cell's dev rows as cell_predictions gives them (scores as text)."""
+    return pd.DataFrame(
+        {
+            "split": "dev",
+            "label": [repr(float(v)) for v in labels],
+            "pred": [repr(float(v)) for v in preds],
+        }
+    )
+
+
+def _stsb_result(dev: dict) -> dict:
+    return {"cell": {"task": "stsb"}, "best": {"metrics": {"dev": dev}}}
+
+
+def test_the_audit_repro_constant_stsb_predictions_re_score():
+    spec = get_task("stsb")
+    labels = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    recorded = score(spec, [2.5] * 6, labels)
+    assert recorded == {"pearson": None, "spearman": None}
+    assert mismatches(_stsb_result(recorded), _stsb_rows(labels, [2.5] * 6)) == []
+
+
+def test_undefined_agrees_only_with_undefined_or_a_legacy_zero_of_a_constant():
+    spec = get_task("stsb")
+    labels = torch.tensor(_dev_labels(spec), dtype=torch.float32).tolist()
+    constant = [2.5] * len(labels)
+    rng = np.random.default_rng(0)
+    varied = (np.asarray(labels) + rng.normal(0, 1, len(labels))).astype(np.float32).tolist()
+    real = score(spec, varied, labels)
+    assert real["pearson"] == pytest.approx(pearsonr(labels, varied)[0], abs=1e-12)
+    flat = _stsb_rows(labels, constant)
+    # undefined on both sides, or an older result's 0 (within the tolerance) of a constant
+    for dev in (
+        {"pearson": None, "spearman": None},
+        {"pearson": None, "spearman": 0.0},
+        {"pearson": 0.0, "spearman": 0.0},
+        {"pearson": 1e-8, "spearman": -0.0},
+    ):
+        assert mismatches(_stsb_result(dev), flat) == [], dev
+    # constant gold scores (a split whose labels are all one value): the same
+    assert (
+        mismatches(
+            _stsb_result({"pearson": None, "spearman": 0.0}),
+            _stsb_rows([3.0] * len(labels), varied),
+        )
+        == []
+    )
+    # a number against an undefined value is refused, either way round
+    assert mismatches(_stsb_result({"pearson": 0.01, "spearman": None}), flat) == [
+        "dev pearson: recorded 0.01, predictions give nan"
+    ]
+    rows = _stsb_rows(labels, varied)
+    assert mismatches(_stsb_result({**real, "spearman": None}), rows) == [
+        f"dev spearman: recorded None, predictions give {spearmanr(labels, varied)[0]}"
+    ]
+    # a recorded 0 where the predictions vary is a wrong number, not a legacy undefined
+    [problem] = mismatches(_stsb_result({**real, "pearson": 0.0}), rows)
+    assert problem.startswith("dev pearson: recorded 0.0, predictions give 0.")
+    assert mismatches(_stsb_result(real), rows) == []

@@ -5,6 +5,14 @@ torchmetrics' ``BinaryMatthewsCorrCoef`` returns 0.0256 instead of 0 for a const
 predictor (its zero-denominator fallback), which made CoLA's "baseline" a positive number.
 We follow scikit-learn (and GLUE's evaluation, which uses it): MCC is 0 when either the
 predictions or the labels are constant.
+
+Pearson and Spearman correlation (STS-B) are our own :class:`Correlation` too, computed as
+SciPy's ``pearsonr``/``spearmanr`` compute them (the re-scorer,
+:mod:`bench.results.rescore`, uses those): undefined (NaN, recorded as None) when the
+predictions or the labels are constant. torchmetrics' classes disagree there:
+``SpearmanCorrCoef`` returns 0 (an epsilon in its denominator), and ``PearsonCorrCoef``,
+updated batch by batch, turns the float32 rounding of its running mean into a small finite
+"correlation" of a constant (e.g. -0.008 for 0.1 everywhere on STS-B dev).
 """
 
 from __future__ import annotations
@@ -12,11 +20,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import BinaryAccuracy, BinaryF1Score, MulticlassAccuracy
-from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+from torchmetrics.utilities import dim_zero_cat
 
 from bench.data.tasks import TaskSpec
 from bench.errors import ConfigError
@@ -61,6 +70,82 @@ class MatthewsCorrCoef(Metric):
         return cov_tp / torch.sqrt(denominator)
 
 
+def _average_ranks(values: torch.Tensor) -> torch.Tensor:
+    """1-based ranks, tied values sharing their mean rank (``scipy.stats.rankdata``)."""
+    _, inverse, counts = torch.unique(values, return_inverse=True, return_counts=True)
+    last = torch.cumsum(counts, dim=0).to(torch.float64)  # rank of each group's last member
+    return (last - (counts.to(torch.float64) - 1) / 2)[inverse]
+
+
+def _float64(values: torch.Tensor) -> torch.Tensor:
+    """Flattened float64 values, on their device unless it has no float64 (Apple's MPS)."""
+    flat = values.detach().flatten()
+    return flat.cpu().double() if flat.device.type == "mps" else flat.double()
+
+
+def correlation(
+    preds: torch.Tensor, target: torch.Tensor, method: Literal["pearson", "spearman"]
+) -> torch.Tensor:
+    """Pearson or Spearman correlation in float64, NaN where it is undefined.
+
+    Undefined as in SciPy: when the predictions or the targets are constant (one value
+    repeated, exactly), or there are fewer than two pairs; a NaN input gives NaN.
+
+    Args:
+        preds: Predicted scores, any shape (flattened).
+        target: Gold scores, the same number of elements.
+        method: ``"pearson"``, or ``"spearman"`` (Pearson of average ranks).
+
+    Returns:
+        A float64 scalar in [-1, 1], or NaN.
+    """
+    x, y = _float64(preds), _float64(target)
+    nan = torch.tensor(math.nan, dtype=torch.float64, device=x.device)
+    if x.numel() < 2 or bool((x == x[0]).all()) or bool((y == y[0]).all()):
+        return nan
+    if bool(torch.isnan(x).any() or torch.isnan(y).any()):
+        return nan  # ranks would order NaN as a value
+    if method == "spearman":
+        x, y = _average_ranks(x), _average_ranks(y)
+    x, y = x - x.mean(), y - y.mean()
+    return ((x * y).sum() / torch.sqrt((x * x).sum() * (y * y).sum())).clamp(-1.0, 1.0)
+
+
+class Correlation(Metric):
+    """Pearson or Spearman correlation over everything updated, undefined for a constant.
+
+    Keeps the split's scores (STS-B dev: 1,500 pairs) and computes :func:`correlation` on
+    them once, in float64: the value SciPy gives on the same predictions, and NaN (None in
+    the result) where the predictions or the labels are constant.
+
+    Args:
+        method: ``"pearson"`` or ``"spearman"``.
+    """
+
+    full_state_update = False
+    is_differentiable = False
+    higher_is_better = True
+    preds: list[torch.Tensor]  # metric states: one float64 tensor per update
+    target: list[torch.Tensor]
+
+    def __init__(self, method: Literal["pearson", "spearman"]) -> None:
+        super().__init__()
+        self.method: Literal["pearson", "spearman"] = method
+        self.add_state("preds", default=[], dist_reduce_fx="cat")
+        self.add_state("target", default=[], dist_reduce_fx="cat")
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        """Add a batch of predicted and gold scores (kept on the CPU where MPS lacks float64)."""
+        self.preds.append(_float64(preds))
+        self.target.append(_float64(target))
+
+    def compute(self) -> torch.Tensor:
+        """Return the correlation of every pair added (NaN where undefined)."""
+        if isinstance(self.preds, list) and not self.preds:
+            return torch.tensor(math.nan, dtype=torch.float64)
+        return correlation(dim_zero_cat(self.preds), dim_zero_cat(self.target), self.method)
+
+
 def _metric(name: str, num_labels: int) -> Metric:
     binary = num_labels == 2
     if name == "accuracy":
@@ -69,10 +154,8 @@ def _metric(name: str, num_labels: int) -> Metric:
         return BinaryF1Score()
     if name == "mcc":
         return MatthewsCorrCoef(num_labels)
-    if name == "pearson":
-        return PearsonCorrCoef()
-    if name == "spearman":
-        return SpearmanCorrCoef()
+    if name in ("pearson", "spearman"):
+        return Correlation("pearson" if name == "pearson" else "spearman")
     raise ConfigError(f"unknown metric {name!r}")
 
 

@@ -8,19 +8,29 @@ cell with any mismatch.
 
 Tolerance: the recorded values were computed by torchmetrics in float32 on the same
 predictions, so they agree to about 1e-6 for counts-based metrics (accuracy, F1, MCC) and
-to about 1e-5 for correlations of float32 scores; :data:`TOLERANCE` (1e-4) leaves room for
-that and nothing else: one changed prediction out of 872 SST-2 examples moves accuracy by
+to about 1e-5 for correlations of float32 scores (about 1e-12 since training computes them
+in float64, :class:`bench.model.metrics.Correlation`); :data:`TOLERANCE` (1e-4) leaves room
+for that and nothing else: one changed prediction out of 872 SST-2 examples moves accuracy by
 1.1e-3.
+
+Undefined metrics agree: a correlation of constant predictions (or constant labels) is
+undefined, recorded as None by training and NaN from SciPy, and that cell is kept (its
+undefined main metric makes it a failed run in :mod:`bench.results.stats`), not refused.
+Results recorded before training did so hold Spearman 0.0 there (torchmetrics'
+epsilon-guarded value); :func:`agrees` accepts a recorded 0 (within :data:`TOLERANCE`)
+for a correlation that SciPy finds undefined because the predictions or labels are
+constant, and nothing else.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import pearsonr, spearmanr
+from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bench.data.ner_metrics import entity_scores
@@ -31,6 +41,8 @@ from bench.results.predictions import cell_predictions
 
 #: Absolute difference allowed between a recorded and a re-scored metric.
 TOLERANCE = 1e-4
+#: Metrics undefined for a constant input (SciPy: NaN); older results recorded 0 for them.
+CORRELATIONS = frozenset({"pearson", "spearman"})
 
 
 def _positive(spec: TaskSpec) -> str:
@@ -41,9 +53,11 @@ def _positive(spec: TaskSpec) -> str:
 
 def sequence_scores(spec: TaskSpec, label: pd.Series, pred: pd.Series) -> dict[str, float]:
     """The task's metrics from label/pred text columns of a GLUE split."""
-    if spec.is_regression:
+    if spec.is_regression:  # NaN where undefined: constant predictions or labels
         y, p = label.astype(float).to_numpy(), pred.astype(float).to_numpy()
-        return {"pearson": float(pearsonr(y, p)[0]), "spearman": float(spearmanr(y, p)[0])}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConstantInputWarning)  # an expected outcome
+            return {"pearson": float(pearsonr(y, p)[0]), "spearman": float(spearmanr(y, p)[0])}
     y, p = label.astype(str).to_numpy(), pred.astype(str).to_numpy()
     scores = {
         "accuracy": float(accuracy_score(y, p)),
@@ -72,6 +86,46 @@ def rescore(task: str, rows: pd.DataFrame) -> dict[str, float | None]:
     return dict(sequence_scores(spec, rows["label"], rows["pred"]))
 
 
+def constant_input(rows: pd.DataFrame) -> bool:
+    """Whether a regression split's predictions or labels are one value (as SciPy checks).
+
+    Args:
+        rows: One split's rows of an STS-B-like cell (``label`` and ``pred`` as score text).
+
+    Returns:
+        True when every ``pred``, or every ``label``, is the same number.
+    """
+    for column in ("pred", "label"):
+        values = rows[column].astype(float).to_numpy()
+        if values.size and bool((values == values[0]).all()):
+            return True
+    return False
+
+
+def agrees(metric: str, recorded: float | None, again: float | None, constant: bool) -> bool:
+    """Whether a recorded metric and its re-scored value agree.
+
+    Args:
+        metric: The metric's name.
+        recorded: The value the result recorded (None: undefined).
+        again: The value re-scored from the predictions (None or NaN: undefined).
+        constant: Whether the split's predictions or labels are constant
+            (:func:`constant_input`; False for classification and token tasks).
+
+    Returns:
+        True when both are undefined, when both are numbers within :data:`TOLERANCE`, or
+        when an older result recorded 0 for a correlation that is undefined because the
+        input is constant; False otherwise (a number against an undefined value).
+    """
+    if again is None or math.isnan(again):
+        if recorded is None or math.isnan(recorded):
+            return True
+        return metric in CORRELATIONS and constant and abs(recorded) <= TOLERANCE
+    if recorded is None or math.isnan(recorded):
+        return False
+    return bool(np.isclose(recorded, again, atol=TOLERANCE, rtol=0))
+
+
 def _recorded(result: dict[str, Any], predictions: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Recorded metrics per split: reporting splits, and the selection slice where it has rows."""
     recorded = dict((result.get("best") or {}).get("metrics") or {})
@@ -97,9 +151,11 @@ def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
         predictions: That cell's rows (:func:`bench.results.predictions.cell_predictions`).
 
     Returns:
-        One message per disagreeing metric (empty: the cell re-scores).
+        One message per disagreeing metric (empty: the cell re-scores); metrics undefined
+        on both sides agree (:func:`agrees`).
     """
     task = str(result["cell"]["task"])
+    regression = bool(getattr(ALL_TASKS.get(task), "is_regression", False))
     problems = []
     for split, recorded in _recorded(result, predictions).items():
         rows = predictions[predictions["split"] == split]
@@ -107,18 +163,12 @@ def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
             problems.append(f"{split}: no predictions")
             continue
         again = rescore(task, rows)
+        constant = regression and constant_input(rows)
         for metric, value in recorded.items():
             if metric not in again:
                 continue  # a metric of the record that predictions cannot give (none today)
             new = again[metric]
-            both_missing = value is None and new is None
-            if both_missing:
-                continue
-            if (
-                value is None
-                or new is None
-                or not np.isclose(value, new, atol=TOLERANCE, rtol=0, equal_nan=True)
-            ):
+            if not agrees(metric, value, new, constant):
                 problems.append(f"{split} {metric}: recorded {value}, predictions give {new}")
     return problems
 
