@@ -201,3 +201,90 @@ def test_the_launch_summary_unions_the_plans_of_every_launch():
     summary = last_launch(records)
     assert summary["planned"] == ["x/seed=1", "x/seed=2", "y/seed=1"]
     assert summary["command"] == "c" and summary["launches"] == 3 and summary["skipped"] == 0
+
+
+GPU = RESULTS / "fair_heads_gpu"
+TITLE = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B"}
+
+
+@pytest.fixture(scope="module")
+def gpu_finding() -> str:
+    return findings.experiment_finding(GPU)
+
+
+@pytest.mark.skipif(not (GPU / "results.csv").is_file(), reason="fair_heads_gpu not run")
+def test_a_setting_where_only_some_heads_ran_says_so_where_its_best_head_is_named(gpu_finding):
+    table = pd.read_csv(GPU / "results.csv")
+    main = table[(table.split == "dev") & (table.metric == table.main_metric)]
+    heads = main.groupby(["task", "freeze_label"])["head_label"].nunique()
+    every = main["head_label"].nunique()
+    partial = heads[heads < every]
+    assert dict(partial) == {("rte", "full"): 2}  # linear and pooler-random only
+    winners, _, _ = _verdicts(table)
+    best = gpu_finding.split("Best head by mean — ", 1)[1].split(". The winner", 1)[0]
+    for (task, freeze), (winner, mean) in winners.items():
+        named = f"{TITLE[task]} `{winner}` {100 * mean:.1f}"
+        if (task, freeze) in partial.index:
+            n = int(partial[(task, freeze)])
+            assert f"{freeze}: {named} (only {n} of {every} heads ran)" in best
+        elif named in best:
+            assert f"{named} (only" not in best
+    assert best.count("(only ") == len(partial)
+    assert (
+        f"{len(partial)} of the {len(winners)} settings compares fewer than the {every} heads "
+        f'(marked "only ... of {every} heads"): its winner is the best of the heads that ran '
+        f"there, not of all {every}."
+    ) in gpu_finding
+
+
+@pytest.mark.skipif(not (GPU / "results.csv").is_file(), reason="fair_heads_gpu not run")
+def test_the_findings_name_the_settings_whose_heads_trained_on_different_devices(gpu_finding):
+    from bench.report.devices import device_caveat
+
+    cells = load_inputs(GPU).cells
+    caveat = device_caveat(cells, code=True)
+    assert caveat is not None and caveat in gpu_finding
+    assert "MRPC frozen: `last4_concat` on CPU (AVX512), the other heads on NVIDIA H200" in caveat
+    assert "RTE frozen: `last4_concat` seeds 1-5 on NVIDIA H200 and 6-10 on CPU" in caveat
+    assert "Not the same device" not in findings.experiment_finding(RESULTS / "curves_sst2_rte")
+
+
+@pytest.mark.skipif(
+    not (RESULTS / "curves_sst2_rte" / "predictions.parquet").is_file(), reason="not run"
+)
+def test_the_calibration_sentence_names_every_size_of_a_learning_curve():
+    from bench.results.calibration import calibration_tables
+    from bench.results.predictions import read_predictions
+
+    source = RESULTS / "curves_sst2_rte"
+    runs = calibration_tables(read_predictions(source))[0]
+    runs = runs[runs["split"] == "dev"]
+    means = runs.groupby(["task", "freeze_label", "train_size", "head_label"])["ece"].mean()
+    sentence = findings.calibration_finding(source)
+    assert sentence is not None
+    lowest = sentence.split("lowest per setting — ", 1)[1].split("; temperature", 1)[0]
+    settings = means.groupby(level=[0, 1, 2])
+    assert len(settings) == 14 == lowest.count(" examples) `")
+    for (task, freeze, size), group in settings:
+        head = group.idxmin()[3]
+        named = f"{TITLE[task]} ({int(size):,} examples) `{head}` {100 * group.min():.1f}"
+        assert named in lowest.split(f"{freeze}: ", 1)[1], named
+    # one size per setting: no size is named
+    gpu = findings.calibration_finding(GPU)
+    assert gpu is not None and "examples)" not in gpu
+
+
+@pytest.mark.skipif(not (RESULTS / "fair_heads_gpu" / "results.csv").is_file(), reason="not run")
+def test_the_glance_names_the_settings_where_not_every_head_ran():
+    table = pd.read_csv(RESULTS / "fair_heads_gpu" / "results.csv")
+    ok = table[(table["status"] == "ok") & (table["split"] == "dev")]
+    ran = ok.groupby(["task", "freeze_label"])["head_label"].nunique()
+    every = table["head_label"].nunique()
+    partial = ran[ran < every]
+    assert not partial.empty  # the experiment is partial: full RTE has only some heads
+    ctx = build_context(load_inputs(RESULTS / "fair_heads_gpu"))
+    glance = at_a_glance(headline_frame(ctx), headline_comparisons(ctx), every)
+    assert f"{len(partial)} of these settings compare fewer than all {every} heads" in glance
+    for (task, freeze), n in partial.items():
+        title = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B"}
+        assert f"{title[task]} {freeze} ({n} of {every})" in glance

@@ -139,9 +139,34 @@ def test_one_changed_example_reproduces_within_the_intervals(committed, as_today
     cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 2)]
     assert not cell["identical"] and cell["diff"] == pytest.approx(1 / 872)
     assert rep.verdict().startswith("REPRODUCED within the intervals: 5 of 6 cells identical")
+    assert "largest |Δ| 0.001147, sst2/minilm/mean_linear/frozen" in rep.verdict()
     # float noise is not a change
     rep = compare(committed, _shifted(today, "mean_linear", [2], IDENTICAL_ATOL / 2))
     assert rep.n_identical == 6
+
+
+def test_a_cell_whose_predictions_changed_at_the_same_score_is_not_identical(
+    committed, committed_predictions, as_today
+):
+    today, predictions = as_today
+    changed = predictions.copy()
+    mine = (
+        (changed["head_label"] == "mean_linear")
+        & (changed["seed"] == 2)
+        & (changed["split"] == "dev")
+    )
+    right = changed.index[mine & (changed["pred"] == changed["label"])][0]
+    wrong = changed.index[mine & (changed["pred"] != changed["label"])][0]
+    other = {"0": "1", "1": "0"}
+    for row in (right, wrong):  # one right answer turned wrong, one wrong turned right
+        changed.loc[row, "pred"] = other[str(changed.loc[row, "pred"])]
+    rep = compare(committed, today, committed_predictions, changed)
+    cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 2)]
+    assert cell["identical"] and cell["changed"] == 2  # the same score
+    assert rep.n_identical == 5
+    assert rep.verdict().startswith("REPRODUCED within the intervals: 5 of 6 cells identical")
+    cells_table = to_text(rep.tables()[0])
+    assert "same score" in cells_table
 
 
 def test_a_failed_rerun_does_not_reproduce(committed, as_today):

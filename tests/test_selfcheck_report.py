@@ -26,7 +26,7 @@ from bench.report.__main__ import main as report_main
 from bench.report.context import ReportContext, build_context
 from bench.report.inputs import load_inputs
 from bench.report.provenance import provenance_section
-from bench.report.selfcheck import selfcheck_section, selfcheck_sentence
+from bench.report.selfcheck import check_text, selfcheck_section, selfcheck_sentence
 from bench.results.collect import read_table
 from bench.results.reproduction import compare
 from bench.results.selfcheck_record import RECORD_FILE, read_record, stale_lines
@@ -127,15 +127,21 @@ def test_the_section_shows_the_record_against_the_committed_results(record, ctx)
     assert "the committed cells do not record where they trained" in about["Devices"]
     assert f"CPU kernels today {kernels}" in about["Devices"]
     assert about["Finished at"] == record["finished_at"]
-    assert record["verdict"] in page.get_text()
+    assert f"Verdict: {check_text(record, code=False)}" in page.get_text()
+    assert "REPRODUCED" not in page.get_text()  # the record's own line counts by score alone
 
     assert len(cells) == len(expected["cells"]) == 6
+    changed = {(c["head_label"], c["seed"]): c["changed"] for c in record["cells"]}
     for row in cells:
         path, metric, committed, today, delta, _changed = row
         head, seed = path.split("/")[2], int(path.rsplit("=", 1)[1])
         value, now, diff = expected["cells"][(head, seed)]
         assert (metric, committed, today) == ("acc", _p(value), _p(now)), path
-        assert delta == ("identical" if abs(diff) <= 1e-6 else f"{100 * diff:+.2f}"), path
+        if abs(diff) > 1e-6:
+            assert delta == f"{100 * diff:+.2f}", path
+        else:  # identical only when no prediction changed either
+            assert delta == ("identical" if changed[(head, seed)] == 0 else "same score"), path
+    assert [row[4] for row in cells].count("same score") == 1  # last4_concat seed 2
 
     assert len(heads) == len(expected["heads"]) == 2
     for row in heads:
@@ -152,7 +158,9 @@ def test_the_section_shows_the_record_against_the_committed_results(record, ctx)
 def test_the_sentence_says_what_an_independent_count_says(record, ctx):
     expected = _expected(record)
     diffs = {key: d for key, (_, _, d) in expected["cells"].items()}
-    identical = sum(abs(d) <= 1e-6 for d in diffs.values())
+    changed = {(c["head_label"], c["seed"]): c["changed"] for c in record["cells"]}
+    same = [k for k, d in diffs.items() if abs(d) <= 1e-6]
+    identical = sum(changed[k] == 0 for k in same)
     (head, seed), largest = max(diffs.items(), key=lambda item: abs(item[1]))
     sentence = selfcheck_sentence(ctx.inputs.selfcheck, ctx.inputs.table)
     assert sentence is not None
@@ -160,7 +168,12 @@ def test_the_sentence_says_what_an_independent_count_says(record, ctx):
         "Self-check (`python -m bench.run.selfcheck results/fair_heads`, "
         f"{record['finished_at'][:10]} at `{record['today']['git']['commit'][:7]}`"
     )
-    assert f": {identical} of {len(diffs)} re-trained cells identical" in sentence
+    assert identical == 4 and len(same) == 5  # seed 2 of last4_concat: 2 predictions moved
+    assert (
+        f": {identical} of {len(diffs)} re-trained cells identical (score and predictions), "
+        "1 with the same score but 2 of 872 predictions changed (SST-2 frozen `last4_concat` "
+        "seed 2), the largest move"
+    ) in sentence
     assert (
         f"the largest move {100 * largest:+.2f} acc points (SST-2 frozen `{head}` seed {seed}"
         in sentence
@@ -171,6 +184,13 @@ def test_the_sentence_says_what_an_independent_count_says(record, ctx):
     )
     shift = max(abs(h["today"] - h["mean"]) for h in expected["heads"].values())
     assert f"(largest shift {100 * shift:.2f} points)." in sentence
+    moves = [diffs[(head, s)] for s in (1, 2, 3)]
+    mine = expected["heads"][head]
+    assert sentence.endswith(
+        f"{head}` seeds 1-3 moved {100 * moves[0]:+.2f}, {100 * moves[1]:+.2f} and "
+        f"{100 * moves[2]:+.2f} points, its {mine['n']}-seed mean "
+        f"{100 * (mine['today'] - mine['mean']):+.2f}."
+    )
     assert "changed since" not in sentence  # the record matches the committed results
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert sentence in readme
@@ -182,7 +202,7 @@ def test_the_committed_report_shows_the_committed_record(record, ctx):
     _, now = _tables(f'<section id="selfcheck">{section.body}</section>')
     page, committed = _tables(REPORT.read_text(encoding="utf-8"))
     assert committed == now  # the committed page is the record's, every cell and head
-    assert record["verdict"] in page.get_text()
+    assert f"Verdict: {check_text(record, code=False)}" in page.get_text()
     # the section sits before provenance, after every analysis section
     assert (
         SECTION_BUILDERS.index(selfcheck_section) == SECTION_BUILDERS.index(provenance_section) - 1
@@ -244,7 +264,11 @@ def test_a_head_that_moved_out_of_its_interval_is_not_reproduced(record):
     moved_record = {**record, **compare(committed, cells).records()}
     sentence = selfcheck_sentence(moved_record, committed)
     assert sentence is not None
-    assert ": 3 of 6 re-trained cells identical, the largest move -5.00 acc points" in sentence
+    # compared without predictions: a cell with the committed score is not called identical
+    assert (
+        ": 0 of 6 re-trained cells identical (score and predictions), 3 with the same score "
+        "(predictions not compared), the largest move -5.00 acc points"
+    ) in sentence
     assert sentence.endswith(
         "NOT REPRODUCED: 1 of 2 heads' means stay within their committed 95% t and BCa "
         "intervals, not SST-2 frozen `last4_concat` (t NO, BCa NO)."
@@ -298,3 +322,43 @@ def test_a_record_in_a_results_copy_reads_as_committed(tmp_path, record):
     folder = _copy(tmp_path, record)
     assert read_record(folder) == record
     assert stale_lines(record, load_inputs(folder).table) == []
+
+
+GPU = ROOT / "results" / "fair_heads_gpu"
+
+
+@pytest.mark.skipif(not (GPU / RECORD_FILE).is_file(), reason="no fair_heads_gpu self-check")
+def test_the_gpu_check_names_its_largest_cell_move_beside_the_diluted_mean():
+    """The cross-device check: each RTE ``bilstm`` cell moved by points, its mean barely."""
+    record = json.loads((GPU / RECORD_FILE).read_text(encoding="utf-8"))
+    table = pd.read_csv(GPU / "results.csv")
+    dev = table[
+        (table["split"] == "dev")
+        & (table["metric"] == table["main_metric"])
+        & (table.status == "ok")
+    ]
+    moves, committed = {}, {}
+    for cell in record["cells"]:
+        key = (cell["task"], cell["head_label"])
+        rows = dev[(dev["task"] == cell["task"]) & (dev["head_label"] == cell["head_label"])]
+        rows = rows[rows["freeze_label"] == cell["freeze_label"]]
+        committed[key] = rows.set_index("seed")["value"].astype(float)
+        value = committed[key][cell["seed"]]
+        moves[(*key, cell["seed"])] = (float(cell["today"]) - value, cell["changed"])
+    (task, head, seed), (largest, changed) = max(moves.items(), key=lambda kv: abs(kv[1][0]))
+    assert (task, head, seed) == ("rte", "bilstm", 3)
+    identical = sum(abs(d) <= 1e-6 and c == 0 for d, c in moves.values())
+    text = check_text(record)
+    assert text.startswith(f"{identical} of {len(moves)} re-trained cells identical")
+    assert (
+        f"the largest move {100 * largest:+.2f} acc points (RTE frozen `bilstm` seed 3, "
+        f"{int(changed)} of 277 predictions changed)"
+    ) in text
+    own = [moves[(task, head, s)][0] for s in (1, 2, 3)]
+    values = committed[(task, head)]
+    shift = sum(own) / len(values)
+    assert abs(100 * shift) < 0.5 < min(abs(100 * d) for d in own)  # diluted ten-fold
+    assert text.endswith(
+        f"RTE frozen `bilstm` seeds 1-3 moved {100 * own[0]:+.2f}, {100 * own[1]:+.2f} and "
+        f"{100 * own[2]:+.2f} points, its {len(values)}-seed mean {100 * shift:+.2f}."
+    )

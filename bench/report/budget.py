@@ -4,7 +4,8 @@ A verdict between heads is only fair when every head of a comparison had the sam
 budget: the same search (sampler, seed, number of trials, space), the same selection
 (held-out slice or dev), the same maximum number of epochs and training data. This
 module reads that budget from each cell's resolved config (``cells.json``), says it in
-plain words, and flags a comparison whose heads did not share it.
+plain words, and flags a comparison whose heads did not share it, including the device
+they trained on (:mod:`bench.report.devices`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.data.selection import DEFAULT_CARVE
+from bench.report.devices import device_caveat
 from bench.results.curves import size_key, size_text, whole_number
 
 #: Optimiser settings named when a sweep ran without a search (the fixed configuration).
@@ -247,18 +249,25 @@ def describe_training(budget: Budget, sizes: Sequence[int | None] = ()) -> str:
     return f"{data}, {epochs}"
 
 
-def budget_lines(cells: Iterable[dict[str, Any]]) -> list[str]:
+def budget_lines(cells: Iterable[dict[str, Any]], devices: bool = True) -> list[str]:
     """One sentence per freezing strategy and budget: search, selection, training.
 
     Settings with the same freezing strategy and budget are described once, naming
-    their tasks.
+    their tasks. Where the heads of a setting did not all train on one device, a last
+    sentence names those settings and which heads and seeds ran where
+    (:func:`bench.report.devices.device_caveat`): the device is part of what a head was
+    given, and the README's budget section and the report's budget box both show these
+    lines.
 
     Args:
         cells: ``cells.json`` records.
+        devices: Add the device sentence (False for a caller that shows
+            :func:`bench.report.devices.device_caveat` among its warnings itself).
 
     Returns:
         Plain-text sentences (empty without cells).
     """
+    cells = list(cells)
     # Budgets that differ only by training size are one learning curve: said once.
     grouped: dict[tuple[str, Budget], dict[str, set[int | None]]] = defaultdict(
         lambda: defaultdict(set)
@@ -280,7 +289,9 @@ def budget_lines(cells: Iterable[dict[str, Any]]) -> list[str]:
                     f"{describe_selection(own)}; {describe_training(own, list(sizes))}.",
                 )
             )
-    return [line for _, line in sorted(found_lines, key=lambda kv: kv[0])]
+    lines = [line for _, line in sorted(found_lines, key=lambda kv: kv[0])]
+    caveat = device_caveat(cells) if devices and lines else None
+    return lines if caveat is None else [*lines, caveat]
 
 
 def dev_selected(cells: Iterable[dict[str, Any]]) -> int:

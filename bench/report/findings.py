@@ -14,11 +14,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
 from bench.atomic import atomic_write
 from bench.report.context import build_context, points, pvalue, short_metric, threshold_name
+from bench.report.devices import device_caveat
 from bench.report.headline import (
     has_winner,
     headline_comparisons,
@@ -43,10 +45,13 @@ from bench.results.curves import (
     change_verdict,
     changes_text,
     leaders_of,
+    size_key,
     size_range,
     size_text,
+    whole_number,
 )
 from bench.results.predictions import read_predictions
+from bench.results.stats import SETTING_KEYS
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +69,10 @@ EXPERIMENTS = (
 def experiment_finding(source: Path) -> str:
     """One bullet for one results directory: winners per setting, and how sure.
 
+    A setting that compares fewer heads than the experiment has is marked where its winner
+    is named, and the count says how many such settings it includes; settings whose heads
+    trained on different devices are named (:func:`bench.report.devices.device_caveat`).
+
     Args:
         source: ``results/<experiment>``.
 
@@ -76,16 +85,20 @@ def experiment_finding(source: Path) -> str:
     name = source.name
     if frame.empty:
         return f"- **`{name}`**: no successful cell yet.\n"
+    every = int(ctx.cells["head_label"].nunique())
+    ran = ctx.cells.groupby(list(SETTING_KEYS), sort=False)["head_label"].nunique()
     winners = []
     for freeze, group in frame.groupby("freeze_label", sort=False):
         per_task = ", ".join(
             f"{task_title(r['task'])}"
             + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
             + _winner_text(r)
+            + partial_text(int(r["n_heads"]), int(ran[tuple(r[k] for k in SETTING_KEYS)]), every)
             for _, r in group.iterrows()
         )
         winners.append(f"{freeze}: {per_task}")
     clear = frame[frame["significant"] & has_winner(frame)]
+    partial = int((frame["n_heads"] < every).sum())
     text = (
         f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
         f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
@@ -100,8 +113,14 @@ def experiment_finding(source: Path) -> str:
             f"{short_metric(top['metric'])} points (95% t-interval {points(top['ci_low'])} to "
             f"{points(top['ci_high'])}, p = {pvalue(top['p_holm'])})"
         )
+    text += "."
+    if partial:  # only experiments where some heads did not run everywhere
+        text += f" {partial_count_text(partial, len(frame), every)}"
+    devices = device_caveat(ctx.inputs.cells, code=True)
+    if devices is not None:  # only settings whose heads trained on different devices
+        text += f" {devices}"
     failed = int(pd.to_numeric(ctx.runs["failed"]).sum())
-    text += f". {failed} of {len(ctx.runs)} runs failed against the best constant prediction."
+    text += f" {failed} of {len(ctx.runs)} runs failed against the best constant prediction."
     calibration = calibration_sentence(ctx.inputs.predictions)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
@@ -118,6 +137,51 @@ def experiment_finding(source: Path) -> str:
     if selfcheck is not None:  # only results with a committed selfcheck.json
         text += f" {selfcheck}"
     return text + "\n"
+
+
+def partial_text(scored: int, ran: int, every: int) -> str:
+    """After a setting's winner: how few of the experiment's heads it compares, if not all.
+
+    A best head among some of the heads is not the best head of the experiment's set, so
+    the setting stays in the list (its result is measured) but says how many heads it
+    compares.
+
+    Args:
+        scored: Heads with a mean in the setting (its verdict compares these).
+        ran: Heads with a cell in the setting (one whose runs all failed has no mean).
+        every: Heads the experiment has (any setting).
+
+    Returns:
+        ``""`` when the setting compares every head, else `` (only 2 of 5 heads ran)`` or,
+        when some ran without a score, `` (only 2 of 5 heads have a score)``.
+    """
+    if scored >= every:
+        return ""
+    verb = "ran" if ran <= scored else "have a score"
+    return f" (only {scored} of {every} heads {verb})"
+
+
+def partial_count_text(partial: int, settings: int, every: int) -> str:
+    """The caveat of the count: how many of its settings compare fewer than every head.
+
+    Args:
+        partial: Settings whose verdict compares fewer than ``every`` heads.
+        settings: Settings counted.
+        every: Heads the experiment has.
+
+    Returns:
+        A sentence, e.g. ``1 of the 6 settings compares fewer than the 5 heads (marked
+        "only ... of 5 heads"): its winner is the best of the heads that ran there, not of all
+        5.``
+    """
+    verb, whose = (
+        ("compares", "its winner is") if partial == 1 else ("compare", "their winners are")
+    )
+    return (
+        f"{partial} of the {settings} settings {verb} fewer than the {every} heads (marked "
+        f'"only ... of {every} heads"): {whose} the best of the heads that ran there, not '
+        f"of all {every}."
+    )
 
 
 def _winner_text(r: pd.Series) -> str:
@@ -234,18 +298,20 @@ def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str |
         return None
     summary = calibration_summary(runs)
     several = summary["encoder"].nunique() > 1
+    every = int(summary["head_label"].nunique())
     best = []
     for freeze, group in summary.groupby("freeze_label", sort=False):
-        lowest = group.sort_values("ece_mean").groupby(["task", "encoder"], sort=True).head(1)
         per_task = ", ".join(
-            f"{task_title(r['task'])}{f' {r.encoder}' if several else ''} `{r['head_label']}` "
-            f"{points(r['ece_mean'])}"
-            for _, r in lowest.sort_values(["task", "encoder"]).iterrows()
+            f"{task_title(b.task)}{f' {b.encoder}' if several else ''}"
+            + (f" ({size_text(b.train_size)})" if b.sized else "")
+            + f" `{b.head}` {points(b.ece)}"
+            + partial_text(b.n_heads, b.n_heads, every)
+            for b in lowest_ece(group)
         )
         best.append(f"{freeze}: {per_task}")
     text = (
         f"Calibration on {split} (ECE ×100 over {N_BINS} equal-width confidence bins, "
-        "mean over seeds): lowest — " + "; ".join(best)
+        "mean over seeds): lowest per setting — " + "; ".join(best)
     )
     scaled = runs.dropna(subset=["temperature"])
     if scaled.empty:
@@ -257,6 +323,62 @@ def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str |
         f"{points(scaled['ece_ts'].mean())}; median T "
         f"{scaled['temperature'].median():.2f})."
     )
+
+
+class LowestEce(NamedTuple):
+    """The best-calibrated head of one setting (:func:`lowest_ece`).
+
+    Attributes:
+        task: The task.
+        encoder: The encoder.
+        train_size: The training size (``stats.WHOLE_SPLIT``: the whole split).
+        sized: Whether the task and encoder ran at several sizes (then the size is named).
+        head: The head with the lowest mean ECE.
+        ece: Its mean ECE over seeds.
+        n_heads: Heads with probabilities in the setting.
+    """
+
+    task: str
+    encoder: str
+    train_size: int
+    sized: bool
+    head: str
+    ece: float
+    n_heads: int
+
+
+def lowest_ece(group: pd.DataFrame) -> list[LowestEce]:
+    """The head with the lowest mean ECE in each setting of one freezing strategy.
+
+    A setting is a task, encoder and training size: a learning curve's minimum over its
+    sizes would pick one size silently, so every size is its own setting, named with its
+    size where its task and encoder ran at several.
+
+    Args:
+        group: :func:`bench.results.calibration.calibration_summary` rows of one freezing
+            strategy and split.
+
+    Returns:
+        One :class:`LowestEce` per setting, ordered by task, encoder and training size
+        (the whole split last).
+    """
+    frame = group.assign(size=group["train_size"].map(whole_number))
+    frame = frame.sort_values(["ece_mean", "head_label"], kind="stable")
+    several = frame.groupby(["task", "encoder"])["size"].nunique()
+    heads = frame.groupby(["task", "encoder", "size"])["head_label"].nunique()
+    rows = [
+        LowestEce(
+            task=str(r["task"]),
+            encoder=str(r["encoder"]),
+            train_size=int(r["size"]),
+            sized=bool(several[(r["task"], r["encoder"])] > 1),
+            head=str(r["head_label"]),
+            ece=float(r["ece_mean"]),
+            n_heads=int(heads[(r["task"], r["encoder"], r["size"])]),
+        )
+        for _, r in frame.groupby(["task", "encoder", "size"], sort=False).head(1).iterrows()
+    ]
+    return sorted(rows, key=lambda row: (row.task, row.encoder, size_key(row.train_size)))
 
 
 def calibration_finding(source: Path, split: str = "dev") -> str | None:

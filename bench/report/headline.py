@@ -32,6 +32,7 @@ from bench.report.context import (
     short_metric,
     threshold_name,
 )
+from bench.report.devices import device_caveat
 from bench.report.html import Section, bullet_list, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
 from bench.report.preset_grid import unrun_text
@@ -312,11 +313,17 @@ def tested_phrase(shown: pd.DataFrame) -> str:
     return text
 
 
-def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
+def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame, heads: int | None = None) -> str:
     """One sentence: which head wins most settings, and how many wins are significant.
 
     Settings whose best mean does not beat the best constant prediction win for no head
-    (:func:`has_winner`); they are named.
+    (:func:`has_winner`); they are named. Settings where fewer than ``heads`` heads have a
+    score are counted and named: their winner is the best of those that ran.
+
+    Args:
+        frame: :func:`headline_frame`.
+        shown: :func:`headline_comparisons`.
+        heads: The experiment's number of heads (default: the most any setting has).
     """
     won = frame[has_winner(frame)]
     wins = won["winner"].value_counts()
@@ -329,6 +336,17 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
             f"{no_winner_text(frame)}, so "
             + ("that setting names" if len(frame) - len(won) == 1 else "those settings name")
             + " no winner. "
+        )
+    every = int(frame["n_heads"].max()) if heads is None else heads
+    partial = frame[frame["n_heads"] < every]
+    if not partial.empty:
+        names = "; ".join(
+            f"{task_title(r['task'])} {r['freeze_shown']} ({int(r['n_heads'])} of {every})"
+            for _, r in partial.iterrows()
+        )
+        text += (
+            f"{len(partial)} of these settings compare fewer than all {every} heads, so their "
+            f"winner is the best of the heads that ran: {names}. "
         )
     if shown.empty:
         return text + "No setting has two heads to compare."
@@ -377,7 +395,7 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
 def budget_parts(ctx: ReportContext) -> list[str]:
     """The budget box: what every head was allowed, and what breaks the comparison."""
     cells = ctx.inputs.cells
-    lines = budget_lines(cells)
+    lines = budget_lines(cells, devices=False)
     if not lines:
         return [paragraph("Budget: not recorded (no cells.json beside the results).", "warning")]
     parts = [
@@ -411,6 +429,9 @@ def budget_parts(ctx: ReportContext) -> list[str]:
                 "warning",
             )
         )
+    devices = device_caveat(cells)
+    if devices is not None:
+        parts.append(paragraph(devices, "warning"))
     unrun = unrun_text(ctx.inputs.table, str(ctx.inputs.launch.get("command") or ""))
     if unrun:
         parts.append(paragraph(f"Not run yet: {unrun}", "warning"))
@@ -677,7 +698,7 @@ def headline_section(ctx: ReportContext) -> Section:
         )
     shown = headline_comparisons(ctx)
     parts = [
-        paragraph(at_a_glance(frame, shown), "lead"),
+        paragraph(at_a_glance(frame, shown, int(ctx.cells["head_label"].nunique())), "lead"),
         *budget_parts(ctx),
         bullet_list([headline_sentence(r, ctx.multi_encoder) for _, r in frame.iterrows()]),
         verdict_table(ctx, frame),

@@ -33,6 +33,8 @@ from bench.results.selfcheck_record import (
     RECORD_FILE,
     command,
     devices_text,
+    is_identical,
+    predictions_identical,
     stale_lines,
     summarize,
     version_changes,
@@ -80,6 +82,13 @@ def _span(low: Any, high: Any) -> str:
     return "—" if math.isnan(lo) or math.isnan(hi) else f"{points(lo, 2)} to {points(hi, 2)}"
 
 
+def _delta_text(cell: dict[str, Any]) -> str:
+    """A cell's Δ: ``identical`` (score and predictions), ``same score`` or the move."""
+    if not cell["identical"]:
+        return signed_points(cell["diff"])
+    return "identical" if is_identical(cell) else "same score"
+
+
 def cell_rows(record: dict[str, Any]) -> list[list[object]]:
     """One row per re-trained cell: committed and today's value (×100), Δ, predictions changed."""
     rows: list[list[object]] = []
@@ -91,7 +100,7 @@ def cell_rows(record: dict[str, Any]) -> list[list[object]]:
                 short_metric(cell["metric"]),
                 points(_value(cell["committed"]), 2),
                 points(_value(cell["today"]), 2) if ok else str(cell["status"]),
-                "identical" if cell["identical"] else signed_points(cell["diff"]),
+                _delta_text(cell),
                 changed_text(
                     _value(cell["changed"]),
                     _value(cell["n_predictions"]),
@@ -202,15 +211,18 @@ def selfcheck_section(ctx: ReportContext) -> Section | None:
             "by the sweep's own path (each cell's planned config with its selected trial's "
             f"values), and compared with the committed results on the {split} split's main "
             "metric. A cell is identical when its value is within "
-            f"{float(record.get('identical_atol') or 0):g} of the committed one; a head "
+            f"{float(record.get('identical_atol') or 0):g} of the committed one and none of "
+            "its predictions changed ('same score' when only the value is); a head "
             "reproduces when its committed mean, with the re-run seeds' values from today, "
             "stays within the committed intervals (docs/protocol.md, 'Re-checking the "
             "committed numbers').",
             "note",
         ),
         paragraph(
-            ("Verdict: " if record["ok"] else "") + str(record["verdict"]),
-            "lead" if record["ok"] else "warning",
+            "Verdict: " + check_text(record, code=False),
+            "lead"
+            if record["ok"] and summarize(record).n_identical == len(record["cells"])
+            else "warning",
         ),
         table(["", ""], provenance_rows(record), caption="What ran, when, and where."),
     ]
@@ -253,10 +265,109 @@ def selfcheck_section(ctx: ReportContext) -> Section | None:
     return Section("selfcheck", TITLE, "\n".join(parts))
 
 
-def _where(row: dict[str, Any]) -> str:
-    """``SST-2 frozen `last4_concat``` (a setting), with ``seed 3`` for a cell."""
-    text = f"{task_title(row['task'])} {row['freeze_label']} `{row['head_label']}`"
+def _where(row: dict[str, Any], code: bool = True) -> str:
+    """``SST-2 frozen `last4_concat``` (a setting), with ``seed 3`` for a cell.
+
+    Args:
+        row: A record's ``cells`` or ``settings`` row.
+        code: Put the head label in backticks (Markdown); plain for the HTML report.
+    """
+    head = f"`{row['head_label']}`" if code else str(row["head_label"])
+    text = f"{task_title(row['task'])} {row['freeze_label']} {head}"
     return text + (f" seed {int(row['seed'])}" if "seed" in row else "")
+
+
+def _predictions(cell: dict[str, Any]) -> str:
+    """``57 of 872 predictions changed``; empty when the predictions were not compared."""
+    changed, n = _value(cell["changed"]), _value(cell["n_predictions"])
+    if math.isnan(changed) or math.isnan(n):
+        return ""
+    return f"{int(changed)} of {int(n)} predictions changed"
+
+
+def _same_score_text(cells: list[dict[str, Any]], code: bool) -> str:
+    """The cells with the committed score but not (or not known to be) the same predictions."""
+    changed = [c for c in cells if predictions_identical(c) is False]
+    unknown = len(cells) - len(changed)
+    parts = []
+    if len(changed) == 1:
+        parts.append(
+            f"1 with the same score but {_predictions(changed[0])} ({_where(changed[0], code)})"
+        )
+    elif changed:
+        most = max(changed, key=lambda c: _value(c["changed"]))
+        parts.append(
+            f"{len(changed)} with the same score but changed predictions (most: "
+            f"{_where(most, code)}, {_predictions(most)})"
+        )
+    if unknown:
+        parts.append(f"{unknown} with the same score (predictions not compared)")
+    return "".join(f", {p}" for p in parts)
+
+
+def _moves_text(values: list[float]) -> str:
+    """``+5.05, +5.78 and -9.03``: moves in points."""
+    named = [signed_points(v) for v in values]
+    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
+
+
+def check_text(record: dict[str, Any], code: bool = True) -> str:
+    """What a self-check found, cell by cell and head by head, in words.
+
+    A cell counts as identical only when its score and every prediction are the committed
+    ones (:func:`bench.results.selfcheck_record.is_identical`); one with the same score and
+    changed predictions is said apart. The largest move of a single cell is named with its
+    cell. Where every head's mean stays within its intervals, the text says how little a
+    cell's move weighs in that test: a head's mean today takes today's values for its few
+    re-run seeds among all its seeds, so the setting of the largest move shows its re-run
+    seeds' moves beside its mean's.
+
+    Args:
+        record: A checked self-check record.
+        code: Head labels in backticks (Markdown, the Findings); plain for the HTML report.
+
+    Returns:
+        The text, from ``all 6 re-trained cells identical`` or ``3 of 24 re-trained cells
+        identical`` on.
+    """
+    s = summarize(record)
+    if s.n_identical == s.n_cells:
+        text = f"all {s.n_cells} re-trained cells identical (score and predictions)"
+    else:
+        text = f"{s.n_identical} of {s.n_cells} re-trained cells identical (score and predictions)"
+    text += _same_score_text(s.same_score, code)
+    if s.n_failed:
+        text += f", {s.n_failed} failed"
+    if s.largest is not None:
+        big = s.largest
+        changed = _predictions(big)
+        text += (
+            f", the largest move {signed_points(big['diff'])} {short_metric(big['metric'])} "
+            f"points ({_where(big, code)}" + (f", {changed}" if changed else "") + ")"
+        )
+    if s.outside:
+        named = ", ".join(f"{_where(o, code)} ({within_text(o)})" for o in s.outside)
+        return text + (
+            f"; NOT REPRODUCED: {s.n_settings - len(s.outside)} of {s.n_settings} heads' means "
+            f"stay within their committed {s.intervals} intervals, not {named}."
+        )
+    text += (
+        f"; every head's mean ({s.n_settings} heads) stays within its committed "
+        f"{s.intervals} intervals"
+    )
+    if s.largest_shift == 0:
+        return text + " (unchanged)."
+    text += f" (largest shift {100 * s.largest_shift:.2f} points)."
+    home = s.largest_setting
+    if home is not None and len(s.largest_moves) < int(home["n"]):
+        seeds = seed_text([seed for seed, _ in s.largest_moves])
+        text += (
+            " A head's mean takes today's values for its re-run seeds only, which dilutes a "
+            f"cell's move: {_where(home, code)} seeds {seeds} moved "
+            f"{_moves_text([d for _, d in s.largest_moves])} points, its {int(home['n'])}-seed "
+            f"mean {signed_points(home['shift'])}."
+        )
+    return text
 
 
 def selfcheck_sentence(record: dict[str, Any] | None, table: pd.DataFrame) -> str | None:
@@ -271,45 +382,14 @@ def selfcheck_sentence(record: dict[str, Any] | None, table: pd.DataFrame) -> st
     """
     if record is None:
         return None
-    s = summarize(record)
     git = record["today"].get("git") or {}
     commit = str(git.get("commit") or "?")[:7] + (" (modified tree)" if git.get("dirty") else "")
     committed = ", ".join(f"`{str(c)[:7]}`" for c in record["committed"].get("git") or [])
     text = (
         f"Self-check (`{command(record)}`, {str(record['finished_at'])[:10]} at `{commit}` on "
         f"cells trained at {committed or 'an unrecorded commit'}; {devices_text(record)}): "
+        + check_text(record)
     )
-    if s.n_identical == s.n_cells:
-        text += f"all {s.n_cells} re-trained cells identical"
-    else:
-        text += f"{s.n_identical} of {s.n_cells} re-trained cells identical"
-    if s.n_failed:
-        text += f", {s.n_failed} failed"
-    if s.largest is not None:
-        big = s.largest
-        text += (
-            f", the largest move {signed_points(big['diff'])} {short_metric(big['metric'])} "
-            f"points ({_where(big)}"
-        )
-        changed, n = _value(big["changed"]), _value(big["n_predictions"])
-        if not math.isnan(changed) and not math.isnan(n):
-            text += f", {int(changed)} of {int(n)} predictions changed"
-        text += ")"
-    if not s.outside:
-        text += (
-            f"; every head's mean ({s.n_settings} heads) stays within its committed "
-            f"{s.intervals} intervals"
-        )
-        if s.largest_shift == 0:
-            text += " (unchanged)."
-        else:
-            text += f" (largest shift {100 * s.largest_shift:.2f} points)."
-    else:
-        named = ", ".join(f"{_where(o)} ({within_text(o)})" for o in s.outside)
-        text += (
-            f"; NOT REPRODUCED: {s.n_settings - len(s.outside)} of {s.n_settings} heads' means "
-            f"stay within their committed {s.intervals} intervals, not {named}."
-        )
     stale = stale_lines(record, table)
     if stale:
         text += (

@@ -175,9 +175,15 @@ class Reproduction:
         return bool((self.cells["status"] == "ok").all() and self.settings["reproduces"].all())
 
     @property
+    def identical(self) -> pd.Series:
+        """Per re-run cell: the same score and, where both have predictions, none changed."""
+        changed = pd.to_numeric(self.cells["changed"], errors="coerce")
+        return self.cells["identical"].astype(bool) & ~(changed > 0)
+
+    @property
     def n_identical(self) -> int:
-        """How many re-run cells are identical to the committed ones."""
-        return int(self.cells["identical"].sum())
+        """How many re-run cells are identical to the committed ones (:attr:`identical`)."""
+        return int(self.identical.sum())
 
     def problems(self) -> list[str]:
         """One message per re-run cell that did not finish and per setting that moved."""
@@ -215,11 +221,13 @@ class Reproduction:
                 f"REPRODUCED: all {n} cells identical to the committed ones; every head's "
                 f"mean stays within its committed {level} {within} intervals"
             )
-        largest = float(np.nanmax(np.abs(self.cells["diff"].to_numpy(dtype=float))))
+        moves = self.cells["diff"].abs()
+        big = self.cells.loc[moves.idxmax()] if moves.notna().any() else None
+        largest = "" if big is None else f"largest |Δ| {abs(big['diff']):.6f}, {cell_name(big)}"
         return (
             f"REPRODUCED within the intervals: {self.n_identical} of {n} cells identical "
-            f"(largest |Δ| {largest:.6f}); every head's mean stays within its committed "
-            f"{level} {within} intervals"
+            f"(score and predictions{'; ' + largest if largest else ''}); every head's mean "
+            f"stays within its committed {level} {within} intervals"
         )
 
     def tables(self) -> list[Table]:
@@ -228,7 +236,8 @@ class Reproduction:
             title="Cells",
             caption=(
                 f"Each re-run cell's {self.split} main metric beside its committed value "
-                f"('identical': within {IDENTICAL_ATOL:g}), and how many of its predictions "
+                f"('identical': within {IDENTICAL_ATOL:g} and no prediction changed; 'same "
+                f"score': within it, but predictions changed), and how many of its predictions "
                 f"changed (a regression score: by more than {SCORE_ATOL:g})."
             ),
             header=["cell", "metric", "committed", "today", "Δ", "predictions changed"],
@@ -242,7 +251,7 @@ class Reproduction:
                     str(row["metric"]),
                     _number(row["committed"], 6),
                     _number(row["today"], 6) if ok else str(row["status"]),
-                    "identical" if row["identical"] else _signed(row["diff"], 6),
+                    _delta(row),
                     changed_text(row["changed"], row["n_predictions"], row["score_diff"]),
                 ]
             )
@@ -460,6 +469,14 @@ def changed_text(changed: float | None, n: float | None, score_diff: float | Non
     moved = score_diff is not None and not math.isnan(score_diff)
     scores = f" (scores: max |Δ| {score_diff:.1e})" if moved else ""
     return f"{int(changed)} of {int(n)}{scores}"
+
+
+def _delta(row: pd.Series) -> str:
+    """A cell's Δ: ``identical``, ``same score`` (predictions changed), or the signed move."""
+    if not row["identical"]:
+        return _signed(row["diff"], 6)
+    changed = pd.to_numeric(pd.Series([row["changed"]]), errors="coerce").iloc[0]
+    return "same score" if changed > 0 else "identical"
 
 
 def interval_name(method: str) -> str:

@@ -175,15 +175,53 @@ def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def predictions_identical(cell: dict[str, Any]) -> bool | None:
+    """Whether a re-run cell's per-example predictions are the committed ones.
+
+    Args:
+        cell: A record's ``cells`` row (``changed``: predictions that differ, null when
+            the committed predictions were not compared).
+
+    Returns:
+        True when none changed, False when some did, None when they were not compared.
+    """
+    changed = _number(cell.get("changed"))
+    return None if math.isnan(changed) else changed == 0
+
+
+def is_identical(cell: dict[str, Any]) -> bool:
+    """Whether a re-run cell is identical: finished, same score, same predictions.
+
+    Its score must be the committed one within the record's ``identical_atol``, and none
+    of its predictions may have changed. The record's own ``identical`` compares the score
+    alone: two predictions that swap labels leave an accuracy where it was.
+
+    Args:
+        cell: A record's ``cells`` row.
+
+    Returns:
+        Whether the cell is identical; False when its predictions were not compared.
+    """
+    return (
+        cell["status"] == "ok" and bool(cell["identical"]) and predictions_identical(cell) is True
+    )
+
+
 @dataclass(frozen=True)
 class Summary:
     """What one sentence says about a record.
 
     Attributes:
         n_cells: Re-run cells.
-        n_identical: Those identical to their committed values.
+        n_identical: Those identical to the committed ones: the same score and the same
+            predictions (:func:`is_identical`).
+        same_score: Cells (record rows) with the committed score whose predictions changed
+            or were not compared.
         n_failed: Those that did not finish ``ok``.
         largest: The cell (record row) whose value moved most, or None when none moved.
+        largest_setting: The setting (record row) of ``largest``, or None.
+        largest_moves: That setting's re-run cells as ``(seed, Δ)``, by seed (the moves
+            its mean today folds into all its seeds).
         n_settings: Heads (settings) compared.
         outside: Settings whose mean today left an interval or lost a seed (record rows).
         largest_shift: The largest absolute shift of a head's mean today (NaN if none).
@@ -192,8 +230,11 @@ class Summary:
 
     n_cells: int
     n_identical: int
+    same_score: list[dict[str, Any]]
     n_failed: int
     largest: dict[str, Any] | None
+    largest_setting: dict[str, Any] | None
+    largest_moves: list[tuple[int, float]]
     n_settings: int
     outside: list[dict[str, Any]]
     largest_shift: float
@@ -216,14 +257,28 @@ def summarize(record: dict[str, Any]) -> Summary:
         if c["status"] == "ok" and not c["identical"] and not math.isnan(_number(c["diff"]))
     ]
     largest = max(moved, key=lambda c: abs(_number(c["diff"]))) if moved else None
+    home, moves = None, []
+    if largest is not None:
+        key = _key(largest, GROUP_KEYS)
+        home = next((s for s in settings if _key(s, GROUP_KEYS) == key), None)
+        moves = sorted(
+            (int(c["seed"]), _number(c["diff"]))
+            for c in cells
+            if _key(c, GROUP_KEYS) == key and c["status"] == "ok"
+        )
     shifts = [abs(_number(s["shift"])) for s in settings]
     finite = [s for s in shifts if not math.isnan(s)]
     methods = sorted({interval_name(str(s["ci_method"])) for s in settings} - {""})
     return Summary(
         n_cells=len(cells),
-        n_identical=sum(bool(c["identical"]) for c in cells),
+        n_identical=sum(is_identical(c) for c in cells),
+        same_score=[
+            c for c in cells if c["status"] == "ok" and c["identical"] and not is_identical(c)
+        ],
         n_failed=sum(c["status"] != "ok" for c in cells),
         largest=largest,
+        largest_setting=home,
+        largest_moves=moves,
         n_settings=len(settings),
         outside=[s for s in settings if not s["reproduces"]],
         largest_shift=max(finite) if finite else math.nan,
