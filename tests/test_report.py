@@ -244,6 +244,27 @@ def test_seed_spread_counts_failed_runs_per_cell(report):
     assert ok[0]["Failed"] == "0" and ok[0]["Per seed"] == "80.0 83.0 86.0"
 
 
+def test_failed_runs_are_described_by_the_threshold_the_counts_use(report):
+    """Failures are counted against the best constant (here: none recorded, so the baseline)."""
+    _, soup = report
+    spread = _section(soup, "seed-spread").find("p").get_text()
+    assert "at or below the best constant prediction" in spread
+    assert "the majority-class baseline where the results record no best constant" in spread
+    heads = _section(soup, "heads-freezing")
+    legend = heads.find("p", class_="note").get_text()
+    assert "at or below the best constant prediction" in legend
+    assert "at or below the majority-class baseline (a correlation" not in legend
+    # these hand-made results record no best constant: the SST-2 table says the baseline ruled
+    notes = [p.get_text() for p in heads.find_all("p")]
+    assert any(
+        n.startswith(
+            f"Majority-class baseline: {100 * SST2_BASELINE:.1f} (these results record "
+            "no best constant prediction: runs at or below the baseline count as failed"
+        )
+        for n in notes
+    )
+
+
 def _brute_force_expected_max(values, n):
     """Mean of max over every ordered n-tuple drawn with replacement (independent of stats)."""
     import itertools

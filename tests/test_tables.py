@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.results import render, tables
+from bench.results import render, stats, tables
 from bench.results.references import load_references, lookup
 
 EXPECTED = Path(__file__).parent / "expected"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 REGENERATE = os.environ.get("HEADBENCH_REGENERATE_EXPECTED") == "1"  # then review the diff
 
 
@@ -181,7 +182,11 @@ def test_heads_table_content():
     assert (2, 1) in sst2.bold and (1, 2) in sst2.bold and len(sst2.bold) == 2
     assert sst2.rows[1][1] == "63.0 ± 11.3 (n=3, 1 failed)"
     assert sst2.rows[1][2] == "83.5 ± 0.7 (n=2, 1 failed)"
-    assert sst2.notes[0] == "Majority-class baseline: 50.0."
+    # these synthetic results record no best constant: the baseline is the threshold
+    assert sst2.notes[0] == (
+        "Majority-class baseline: 50.0 (these results record no best constant prediction: "
+        "runs at or below the baseline count as failed)."
+    )
     assert any("Holm-adjusted" in n and "3 head comparisons" in n for n in sst2.notes)
     stsb = next(t for t in doc.tables if t.title == "stsb — minilm")
     assert stsb.notes[0] == tables.NO_BASELINE
@@ -349,3 +354,106 @@ def test_freeze_columns_run_from_least_to_most_trained():
     labels = ["full", "top12", "top2", "frozen", "lora", "custom"]
     expected = ["frozen", "lora", "top2", "top12", "full", "custom"]
     assert sorted(labels, key=freeze_rank) == expected
+
+
+@pytest.mark.parametrize(
+    ("constant", "baseline", "metric", "says", "never"),
+    [
+        (
+            0.527,
+            0.473,
+            "accuracy",
+            [
+                "Majority-class baseline: 47.3",
+                "best constant prediction: 52.7",
+                "at or below the best constant count as failed",
+            ],
+            [],
+        ),
+        (
+            0.509,
+            0.509,
+            "accuracy",
+            ["Majority-class baseline = best constant prediction: 50.9"],
+            [],
+        ),
+        (
+            float("nan"),
+            0.5,
+            "accuracy",
+            [
+                "Majority-class baseline: 50.0",
+                "record no best constant",
+                "at or below the baseline count as failed",
+            ],
+            ["; best constant prediction"],
+        ),
+        (
+            0.0,
+            float("nan"),
+            "pearson",
+            ["No majority-class baseline for a correlation", "best constant prediction: 0.0"],
+            [],
+        ),
+        (float("nan"), float("nan"), "pearson", [tables.NO_BASELINE], []),
+        (
+            float("nan"),
+            float("nan"),
+            "f1",
+            ["No majority-class baseline or best constant", "status only"],
+            [],
+        ),
+    ],
+)
+def test_threshold_note_names_what_failures_are_counted_against(
+    constant, baseline, metric, says, never
+):
+    group = pd.DataFrame({"best_constant": [constant, constant], "baseline": [baseline, baseline]})
+    note = tables.threshold_note(group, metric)
+    for text in says:
+        assert text in note
+    for text in never:
+        assert text not in note
+
+
+def test_the_legend_counts_failures_against_the_best_constant():
+    assert "at or below the best constant prediction" in tables.LEGEND
+    assert "at or below the majority-class baseline" not in tables.LEGEND
+
+
+@pytest.mark.skipif(
+    not (RESULTS / "curves_sst2_rte" / "results.parquet").is_file(), reason="not committed"
+)
+def test_a_table_whose_failures_exceed_its_majority_baseline_shows_the_best_constant():
+    """RTE on 100 training examples: the training majority is the dev split's minority.
+
+    Its failed runs are counted against the best constant (the dev majority share), above
+    the majority-class baseline; the table must show the number the count used.
+    """
+    table = tables.load_source(RESULTS / "curves_sst2_rte")
+    runs = stats.run_values(table)
+    cells = stats.cell_stats(table)
+    differ = cells[
+        (cells["best_constant"].round(3) != cells["baseline"].round(3)) & cells["baseline"].notna()
+    ]
+    assert not differ.empty  # the committed results hold such a setting
+    doc = tables.build(table, "heads")
+    counted = {"best constant": 0, "baseline": 0}
+    for (task, encoder, size), group in differ.groupby(["task", "encoder", "train_size"]):
+        title = f"{task} — {encoder} — {size:,} examples"
+        (t,) = [t for t in doc.tables if t.title == title]
+        constant, baseline = group["best_constant"].iloc[0], group["baseline"].iloc[0]
+        assert f"Majority-class baseline: {tables.pct(baseline)}" in t.notes[0]
+        assert f"best constant prediction: {tables.pct(constant)}" in t.notes[0]
+        # the failed counts in the cells are runs at or below the best constant (or without
+        # a score), not at or below the majority-class baseline
+        setting = runs[
+            (runs["task"] == task) & (runs["encoder"] == encoder) & (runs["train_size"] == size)
+        ]
+        below = (setting["status"] != "ok") | (setting["value"] <= constant + stats.BASELINE_ATOL)
+        assert int(setting["failed"].sum()) == int(below.sum())
+        counted["best constant"] += int(below.sum())
+        counted["baseline"] += int(
+            ((setting["status"] != "ok") | (setting["value"] <= baseline)).sum()
+        )
+    assert counted["best constant"] > counted["baseline"]  # the label makes a difference

@@ -13,9 +13,12 @@ from scipy import stats as sps
 from test_axes import _result
 
 from bench.report import build_report
-from bench.report.variance import variance_sentence
+from bench.report.context import build_context
+from bench.report.inputs import load_inputs
+from bench.report.variance import variance_section, variance_sentence
 from bench.results.collect import collect, read_table, tidy
 from bench.results.variance import complete_grid, failure_origin, two_way, variance_table
+from conftest import ROOT
 
 
 def _rss(design: np.ndarray, y: np.ndarray) -> float:
@@ -197,3 +200,51 @@ def test_no_crossed_seeds_no_section(tmp_path):
     out = build_report(tmp_path / "results", tmp_path / "report.html")
     assert 'id="variance"' not in out.read_text(encoding="utf-8")
     assert variance_sentence(read_table(tmp_path / "results")) is None
+
+
+def _section_text(results):
+    section = variance_section(build_context(load_inputs(results)))
+    assert section is not None
+    return section, BeautifulSoup(section.body, "html.parser")
+
+
+def test_order_seed_equal_to_seed_gives_one_sentence_not_an_empty_grid(tmp_path):
+    """fair_heads_gpu's design: order_seed = seed, so nothing is crossed to decompose."""
+    grid = {(h, s, s): 0.8 + 0.01 * s for h in ("linear", "bilstm") for s in range(1, 5)}
+    _crossed_sweep(tmp_path / "runs", grid)
+    collect([tmp_path / "runs"], tmp_path / "results")
+    assert not variance_table(read_table(tmp_path / "results")).empty  # rows with 0×4 grids
+    section, soup = _section_text(tmp_path / "results")
+    assert soup.find("table") is None and soup.find("figure") is None
+    (para,) = soup.find_all("p")
+    text = para.get_text()
+    assert "not varied independently" in text and "cannot be separated" in text
+    assert "every run's batch order seed is its training seed" in text
+    assert "0×" not in section.body
+    assert variance_sentence(read_table(tmp_path / "results")) is None
+
+
+def test_heads_without_a_grid_are_named_not_shown_empty(tmp_path):
+    """A crossed head is decomposed; a head of the same setting with order = seed is named."""
+    grid = {("linear", s, o): 0.8 + 0.01 * s + 0.003 * o for s in range(1, 4) for o in range(1, 4)}
+    grid |= {("bilstm", s, s): 0.8 + 0.01 * s for s in range(1, 4)}
+    _crossed_sweep(tmp_path / "runs", grid)
+    collect([tmp_path / "runs"], tmp_path / "results")
+    section, soup = _section_text(tmp_path / "results")
+    rows = [tr.find("td").get_text() for tr in soup.find("tbody").find_all("tr")]
+    assert rows == ["linear"]
+    assert "0×" not in section.body
+    notes = " ".join(p.get_text() for p in soup.find_all("p"))
+    assert "cannot be separated: SST-2, frozen: bilstm." in notes
+
+
+@pytest.mark.skipif(
+    not (ROOT / "results" / "fair_heads_gpu" / "results.parquet").is_file(), reason="not run"
+)
+def test_the_committed_uncrossed_experiment_shows_no_empty_grid():
+    table = read_table(ROOT / "results" / "fair_heads_gpu")
+    runs = table.drop_duplicates(["task", "head_label", "freeze_label", "seed", "order_seed"])
+    assert (runs["order_seed"] == runs["seed"]).all()  # not crossed
+    section, soup = _section_text(ROOT / "results" / "fair_heads_gpu")
+    assert soup.find("table") is None and "0×" not in section.body
+    assert "cannot be separated" in soup.get_text()

@@ -8,7 +8,8 @@ the run path never ask which kind of task they hold:
   :func:`~bench.model.heads.build_token_head`) and the loss,
 - the evaluation: torchmetrics in the loop vs. one decoded tag per word scored with seqeval
   (:class:`Evaluation`: keep predictions, score a split, gather them under DDP),
-- the majority-class baseline and the prediction files' format.
+- the majority-class baseline (shown beside the results; a run's failure threshold is the
+  best constant prediction, :mod:`bench.data.baselines`) and the prediction files' format.
 
 The feature cache needs nothing per type: both kinds store unpadded token states.
 

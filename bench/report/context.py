@@ -92,16 +92,20 @@ def build_context(inputs: ReportInputs) -> ReportContext:
 def threshold_name(best_constant: float, baseline: float) -> str:
     """The failure threshold in words (:func:`bench.results.stats.failure_threshold`).
 
+    A run fails at or below the best constant prediction where the results record one;
+    only results without that record (older ones) fall back to the majority-class
+    baseline, and a correlation without either to zero.
+
     Args:
         best_constant: The best constant prediction's score (NaN in older tables).
         baseline: The majority-class baseline's score (NaN if none).
 
     Returns:
-        ``the best constant prediction``, ``the majority baseline`` or ``zero``.
+        ``the best constant prediction``, ``the majority-class baseline`` or ``zero``.
     """
     if pd.notna(best_constant) and np.isfinite(best_constant):
         return "the best constant prediction"
-    return "the majority baseline" if pd.notna(baseline) else "zero"
+    return "the majority-class baseline" if pd.notna(baseline) else "zero"
 
 
 def constant_cell(standing: object) -> str:

@@ -44,7 +44,7 @@ from bench.report.headline import (
 )
 from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
-from bench.report.preset_grid import unrun_text
+from bench.report.preset_grid import grid_progress, progress_text, unrun_text
 from bench.report.style import seeds_text, task_title
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 
@@ -69,7 +69,19 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def what_ran(ctx: ReportContext) -> str:
-    """One paragraph: cells by status, tasks, encoders, heads, freezing, seeds."""
+    """One paragraph: cells by status, tasks, encoders, heads, freezing, seeds, and gaps.
+
+    The gaps, in order of preference: the cells of the experiment preset's whole grid
+    without a result (:func:`bench.report.preset_grid.grid_progress`, beside what the
+    launches so far planned); else the preset's values no cell has, the planned cells
+    without a result, or the cells missing from the grid the results span.
+
+    Args:
+        ctx: The report context.
+
+    Returns:
+        Markdown.
+    """
     runs = ctx.runs
     statuses = Counter(runs["status"])
     status = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
@@ -81,10 +93,17 @@ def what_ran(ctx: ReportContext) -> str:
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
         f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}."
     )
-    unrun = unrun_text(ctx.inputs.table, str(ctx.inputs.launch.get("command") or ""))
+    command = str(ctx.inputs.launch.get("command") or "")
+    planned = ctx.inputs.launch.get("planned") or []
+    progress = grid_progress(ctx.inputs.table, command)
+    if progress is not None and not progress.complete:
+        return text + (
+            f" **Partial experiment**: {progress_text(progress, len(planned) or None)}; every "
+            "comparison below uses only the cells that ran."
+        )
+    unrun = unrun_text(ctx.inputs.table, command)
     if unrun:
         text += f" **Not run yet**: {unrun}"
-    planned = ctx.inputs.launch.get("planned") or []
     if planned:
         done = planned_done(
             planned, [str(d) for d in ctx.inputs.table["run_dir"].dropna().unique()]

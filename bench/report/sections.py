@@ -42,7 +42,8 @@ def heads_section(ctx: ReportContext) -> Section:
             figures.heads_bars(ctx.cells, ctx.palette, ctx.multi_encoder),
             "Grouped bar charts of the main metric per head and freezing strategy",
             "Bars: mean over seeds; error bars: 95% bootstrap CI of the mean (none with one "
-            "seed); dashed line: majority-class baseline.",
+            "seed); dashed line: majority-class baseline. Failed runs are counted against the "
+            "best constant prediction, which can be higher: the tables below show both.",
         )
     ]
     styles = ["heads"] + (["glue"] if GLUE_TASKS & set(ctx.inputs.table["task"]) else [])
@@ -100,8 +101,11 @@ def spread_section(ctx: ReportContext) -> Section:
     parts = [
         paragraph(
             f"{n_failed} of {len(runs)} runs failed: they crashed or diverged (no score), or "
-            "scored at or below the majority-class baseline (a correlation at or below 0) — the "
-            "'F1 = 0' collapse. Failed runs stay in the statistics when they have a score."
+            "scored at or below the best constant prediction (the best score one answer given "
+            "to every example reaches on the split: at least the majority-class baseline, 0 "
+            "for a correlation; the majority-class baseline where the results record no best "
+            "constant) — the 'F1 = 0' collapse. Failed runs stay in the statistics when they "
+            "have a score."
         ),
         _figure_or_note(
             figures.seed_strips(runs, ctx.palette, ctx.multi_encoder),

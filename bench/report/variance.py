@@ -3,9 +3,11 @@
 How much of each head's spread is initialisation, how much batch order, and where its
 failures come from.
 
-It appears only when a setting crosses ≥ 2 training seeds with ≥ 2 order seeds
+It decomposes the settings that cross ≥ 2 training seeds with ≥ 2 order seeds
 (``experiment=variance_seeds``); the numbers and their definitions are
-:mod:`bench.results.variance`.
+:mod:`bench.results.variance`. Where runs have order seeds of their own but no setting
+crosses them with its seeds (each run's order seed is its seed), the section is one
+sentence saying why there is nothing to separate; without such runs it is left out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from bench.report.context import ReportContext, points, pvalue
 from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import Palette, grid, ordered, svg_data_uri, task_title
 from bench.results.curves import size_text, whole_number
-from bench.results.stats import WHOLE_SPLIT
+from bench.results.stats import ORDER_FROM_SEED, WHOLE_SPLIT
 from bench.results.variance import variance_table
 
 TITLE = "8. Where the variance comes from"
@@ -127,15 +129,68 @@ def shares_figure(frame: pd.DataFrame, palette: Palette, multi_encoder: bool) ->
     return fig
 
 
+def separable(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of :func:`~bench.results.variance.variance_table` have a decomposition.
+
+    A head's runs decompose when, after the incomplete seeds and order seeds are left out,
+    at least two seeds remain crossed with at least two order seeds.
+
+    Args:
+        frame: :func:`~bench.results.variance.variance_table` rows.
+
+    Returns:
+        A boolean per row.
+    """
+    n_init = pd.to_numeric(frame["n_init"], errors="coerce").fillna(0)
+    n_order = pd.to_numeric(frame["n_order"], errors="coerce").fillna(0)
+    return (n_init >= 2) & (n_order >= 2)
+
+
+def not_crossed_text(runs: pd.DataFrame) -> str:
+    """Why no head's variance can be split into initialisation and batch order.
+
+    Args:
+        runs: :func:`bench.results.stats.run_values` rows of the report.
+
+    Returns:
+        One sentence: the seed and the batch order were not varied independently (each
+        run's order seed its seed, or no two seeds share two order seeds).
+    """
+    own = runs[runs["order_seed"] != ORDER_FROM_SEED]
+    how = (
+        "every run's batch order seed is its training seed"
+        if not own.empty and bool((own["order_seed"] == own["seed"]).all())
+        else "no head has two training seeds that each ran with the same two order seeds"
+    )
+    return (
+        f"Seed and batch order were not varied independently here ({how}), so their shares "
+        "of the variance cannot be separated; a crossed design, every training seed with "
+        "every order seed (experiment=variance_seeds), can."
+    )
+
+
 def variance_section(ctx: ReportContext) -> Section | None:
     """The decomposition per head and setting, a figure of the shares, the failure origins.
 
     Returns:
-        The section, or None when no setting crosses seeds with order seeds.
+        The section, or None when no setting has runs of ≥ 2 seeds and ≥ 2 order seeds
+        of their own; one sentence saying why when those runs form no grid of ≥ 2 seeds
+        crossed with ≥ 2 order seeds (each run's order seed is its seed).
     """
     frame = variance_table(ctx.inputs.table)
     if frame.empty:
         return None
+    ok = separable(frame)
+    if not ok.any():
+        return Section("variance", TITLE, paragraph(not_crossed_text(ctx.runs), "note"))
+    left_out = []
+    for keys, group in frame.groupby(_SETTING, sort=True):
+        heads = ordered(group.loc[~ok[group.index], "head_label"], ctx.palette.heads)
+        if len(heads) == len(group):
+            left_out.append(setting_title(keys, ctx.multi_encoder))
+        elif heads:
+            left_out.append(f"{setting_title(keys, ctx.multi_encoder)}: {', '.join(heads)}")
+    frame = frame[ok]
     parts = [
         paragraph(
             "Each head's runs cross training seeds (head initialisation and dropout masks) "
@@ -154,6 +209,14 @@ def variance_section(ctx: ReportContext) -> Section | None:
             "note",
         )
     ]
+    if left_out:
+        parts.append(
+            paragraph(
+                "Not shown, because their seeds and order seeds form no grid of at least "
+                f"2 × 2 and so their shares cannot be separated: {'; '.join(left_out)}.",
+                "note",
+            )
+        )
     for keys, group in frame.groupby(_SETTING, sort=True):
         parts.append(
             table(

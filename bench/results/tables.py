@@ -6,7 +6,8 @@ Markdown. Styles:
 
 * ``heads`` — the headline table: per task and encoder, rows = heads, columns = freezing
   strategies, cells = main metric ``mean ± std (n=…, k failed)``, best per column bold,
-  majority baseline and the paired test of the two best heads under the table.
+  the majority-class baseline and the best constant prediction (what a failed run is
+  counted against) and the paired test of the two best heads under the table.
 * ``glue`` — rows = encoder × head × freezing, columns = GLUE tasks in GLUE's order,
   an average column, and published RoBERTa-base dev numbers with deltas where they apply.
 * ``table7`` — BERT's Table 7 (CoNLL-2003 dev F1 by layer choice, frozen features into a
@@ -70,8 +71,10 @@ NO_BASELINE = (
 )
 LEGEND = (
     "Cells: mean ± std over seeds (×100), n = seeds with a result; k failed = runs that "
-    "errored, diverged or scored at or below the majority-class baseline (a correlation "
-    "at or below 0); ok runs at or below the baseline stay in mean ± std."
+    "errored, diverged or scored at or below the best constant prediction (the best score "
+    "one answer given to every example reaches on that split: at least the majority-class "
+    "baseline; 0 for a correlation; the majority-class baseline in results that record no "
+    "best constant); ok runs at or below it stay in mean ± std."
 )
 
 
@@ -201,6 +204,65 @@ def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str
     )
 
 
+def _first(values: pd.Series) -> float:
+    """The first finite value of a column (NaN when none)."""
+    finite = values[np.isfinite(values.astype(float))]
+    return float(finite.iloc[0]) if len(finite) else float("nan")
+
+
+def threshold_note(group: pd.DataFrame, metric: str) -> str:
+    """A heads table's note on its baselines and which one its failed runs are counted against.
+
+    The count of failed runs uses :func:`bench.results.stats.failure_threshold`: the best
+    constant prediction where the results record one, else the majority-class baseline,
+    else 0 for a correlation. The note shows the majority-class baseline and, beside it, the
+    best constant (with a training subset the majority class of the training labels can be
+    the dev split's minority, so the two differ).
+
+    Args:
+        group: :func:`bench.results.stats.cell_stats` rows of one table (``baseline``,
+            ``best_constant``).
+        metric: The table's metric.
+
+    Returns:
+        One sentence, e.g. ``Majority-class baseline: 47.3; best constant prediction:
+        52.7 (runs at or below the best constant count as failed).``
+    """
+    base, constant = _first(group["baseline"]), _first(group["best_constant"])
+    if not np.isnan(constant):
+        if np.isnan(base) and metric in stats.ZERO_THRESHOLD_METRICS:
+            return (
+                "No majority-class baseline for a correlation; best constant prediction: "
+                f"{pct(constant)} (constant predictions are uncorrelated; runs at or below "
+                "it count as failed)."
+            )
+        if np.isnan(base):
+            return (
+                f"Best constant prediction: {pct(constant)} (runs at or below it count as "
+                f"failed); no majority-class baseline recorded for {metric_name(metric)}."
+            )
+        if pct(base) == pct(constant):
+            return (
+                f"Majority-class baseline = best constant prediction: {pct(constant)} (runs "
+                "at or below it count as failed)."
+            )
+        return (
+            f"Majority-class baseline: {pct(base)}; best constant prediction: "
+            f"{pct(constant)} (runs at or below the best constant count as failed)."
+        )
+    if not np.isnan(base):
+        return (
+            f"Majority-class baseline: {pct(base)} (these results record no best constant "
+            "prediction: runs at or below the baseline count as failed)."
+        )
+    if metric in stats.ZERO_THRESHOLD_METRICS:
+        return NO_BASELINE
+    return (
+        f"No majority-class baseline or best constant prediction recorded for {metric}: "
+        "failed runs are counted from their status only."
+    )
+
+
 def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> Document:
     """The headline heads × freezing tables, one per task and encoder.
 
@@ -254,17 +316,7 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
                 note = _paired_note(sub, freeze, ranked[0]["head_label"], ranked[1]["head_label"])
                 if note:
                     t.notes.append(note)
-        base = group["baseline"].dropna()
-        if len(base):
-            t.notes.insert(0, f"Majority-class baseline: {pct(base.iloc[0])}.")
-        elif metric in stats.ZERO_THRESHOLD_METRICS:
-            t.notes.insert(0, NO_BASELINE)
-        else:
-            t.notes.insert(
-                0,
-                f"No majority-class baseline recorded for {metric}: failed runs "
-                "are counted from their status only.",
-            )
+        t.notes.insert(0, threshold_note(group, metric))
         ref = lookup(refs, encoder, task, "finetune", split)
         if not ref.empty:
             head, freeze = GLUE_REFERENCE_SETTING
