@@ -17,6 +17,7 @@ import pytest
 
 from bench.report import readme
 from bench.report.budget import budget_lines
+from bench.report.context import build_context
 from bench.report.devices import (
     describe_devices,
     device_caveat,
@@ -24,6 +25,8 @@ from bench.report.devices import (
     devices_by_setting,
     mixed_settings,
 )
+from bench.report.headline import budget_parts
+from bench.report.inputs import load_inputs
 from bench.results.stats import WHOLE_SPLIT
 from conftest import ROOT
 
@@ -101,16 +104,16 @@ def test_the_committed_gpu_experiment_names_exactly_its_mixed_settings():
 
 
 @pytest.mark.skipif(not (GPU / "cells.json").is_file(), reason="fair_heads_gpu not committed")
-def test_the_budget_box_and_the_results_readme_carry_the_device_caveat():
+def test_the_results_readme_and_the_report_carry_the_device_caveat():
     cells = _cells(GPU)
-    lines = budget_lines(cells)
-    assert lines[-1] == device_caveat(cells)
-    assert budget_lines(cells, devices=False) == lines[:-1]
-    assert not any("device" in line for line in lines[:-1])
+    caveat = device_caveat(cells)
+    assert caveat is not None
+    assert not any("device" in line for line in budget_lines(cells))  # a caveat, not a budget
     text = readme.experiment_readme(GPU)
-    # the README shows it above its verdict (today as a budget line; as a caveat once the
-    # README lists device_caveat among its warnings and calls budget_lines(devices=False))
-    assert str(device_caveat(cells)) in text.split("## Verdict", 1)[0]
+    caveats = text.split("**Caveats.**", 1)[1].split("## Verdict", 1)[0]
+    assert caveat in caveats  # among the README's caveats, above its verdict
+    parts = budget_parts(build_context(load_inputs(GPU)))
+    assert any(caveat.replace("'", "&#x27;") in part and "warning" in part for part in parts)
 
 
 @pytest.mark.parametrize("name", ["curves_sst2_rte", "fair_heads", "fair_table7_probe"])

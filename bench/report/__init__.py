@@ -5,9 +5,10 @@ end of every multirun, the collecting callback (``report_file`` in the config). 
 headline verdicts, heads × freezing, learning curves by training size (only when a setting
 ran at several training sizes), seed spread, cost vs score, layer analysis, learning
 curves per epoch, calibration (only when the predictions carry class probabilities),
-variance sources (only when seeds are crossed with order seeds), the self-check (only
-when the results directory holds a committed ``selfcheck.json``), provenance; sections
-are numbered by position. Figures are embedded SVG; there is no JavaScript.
+variance sources (only when runs have order seeds of their own; one sentence when they are
+not crossed with the seeds), the self-check (only when the results directory holds a
+committed ``selfcheck.json``), provenance; sections are numbered by position. Figures are
+embedded SVG; there is no JavaScript.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from bench.report.headline import headline_section
 from bench.report.html import Section
 from bench.report.inputs import ReportInputs, load_inputs
 from bench.report.page import render_page
+from bench.report.preset_grid import partial_sentence
 from bench.report.provenance import provenance_section
 from bench.report.sections import (
     cost_section,
@@ -66,10 +68,13 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     tasks = ", ".join(sorted(table["task"].dropna().unique()))
     encoders = ", ".join(sorted(table["encoder"].dropna().unique()))
     n_runs = len(ctx.runs)
+    planned = len(inputs.launch.get("planned") or []) or None
+    partial = partial_sentence(table, str(inputs.launch.get("command") or ""), planned)
     subtitle = (
         f"{n_runs} runs on {tasks} with {encoders}: {len(ctx.palette.heads)} heads × "
-        f"{len(ctx.palette.freezes)} freezing strategies. All scores ×100 on the dev split "
-        "unless marked test."
+        f"{len(ctx.palette.freezes)} freezing strategies. "
+        + (f"{partial} " if partial else "")
+        + "All scores ×100 on the dev split unless marked test."
     )
     sections = numbered([s for s in (build(ctx) for build in SECTION_BUILDERS) if s is not None])
     return render_page(title or f"headbench report: {Path(inputs.source).name}", subtitle, sections)

@@ -4,8 +4,8 @@ A verdict between heads is only fair when every head of a comparison had the sam
 budget: the same search (sampler, seed, number of trials, space), the same selection
 (held-out slice or dev), the same maximum number of epochs and training data. This
 module reads that budget from each cell's resolved config (``cells.json``), says it in
-plain words, and flags a comparison whose heads did not share it, including the device
-they trained on (:mod:`bench.report.devices`).
+plain words, and flags a comparison whose heads did not share it (the device they trained
+on is flagged by :mod:`bench.report.devices`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.data.selection import DEFAULT_CARVE
-from bench.report.devices import device_caveat
 from bench.results.curves import size_key, size_text, whole_number
 
 #: Optimiser settings named when a sweep ran without a search (the fixed configuration).
@@ -36,7 +35,8 @@ class Budget:
         space: The searched values per key, for the cell's freezing family.
         fixed: Without a search, the fixed optimiser values every head trained with.
         selection: ``"heldout"`` (a slice of train) or ``"dev"`` (the reported split).
-        selection_size: Examples in the held-out slice (None on dev).
+        selection_size: Examples in the held-out slice, as the cell's result recorded them
+            (the configured ``selection.size`` where it recorded none; None on dev).
         max_epochs: The maximum number of epochs.
         train_size: Training examples (None: the whole training split).
         carve: Where a held-out slice was carved (``selection.carve``): ``last`` from what
@@ -61,6 +61,27 @@ def _family(freeze: str) -> str:
     return "frozen" if freeze == "frozen" else "finetune"
 
 
+def _selection_size(mode: str, configured: dict[str, Any], recorded: dict[str, Any]) -> int | None:
+    """Examples a cell's held-out slice had: what its result recorded, else the config's.
+
+    The configured ``selection.size`` is a request: a training subset can leave fewer
+    examples for the slice (RTE with 2,000 training examples selects on its other 490,
+    docs/protocol.md), and the result records the size it used.
+
+    Args:
+        mode: ``heldout`` or ``dev``.
+        configured: The cell config's ``selection``.
+        recorded: The result's ``selection`` record (empty when it has none).
+
+    Returns:
+        The size, or None on dev or when neither says.
+    """
+    if mode != "heldout":
+        return None
+    size = recorded.get("size", configured.get("size"))
+    return int(size) if size is not None else None
+
+
 def cell_budget(record: dict[str, Any]) -> Budget:
     """The budget of one ``cells.json`` record (older results: no search, dev selection).
 
@@ -79,6 +100,7 @@ def cell_budget(record: dict[str, Any]) -> Budget:
     optim = config.get("optim") or {}
     selection = config.get("selection") or {}
     mode = str(selection.get("name", "dev"))
+    recorded = record.get("selection")
     # The selected trial's values are in `optim`; only an unsearched cell's are its budget.
     fixed = () if searched else tuple((k, optim[k]) for k in FIXED_OPTIM_KEYS if k in optim)
     return Budget(
@@ -89,9 +111,9 @@ def cell_budget(record: dict[str, Any]) -> Budget:
         space=tuple((str(k), tuple(v)) for k, v in space.items()),
         fixed=fixed,
         selection=mode,
-        selection_size=int(selection["size"])
-        if mode == "heldout" and "size" in selection
-        else None,
+        selection_size=_selection_size(
+            mode, selection, recorded if isinstance(recorded, dict) else {}
+        ),
         max_epochs=(config.get("trainer") or {}).get("max_epochs"),
         train_size=(config.get("data") or {}).get("train_size"),
         carve=str(selection.get("carve", DEFAULT_CARVE)) if mode == "heldout" else None,
@@ -249,25 +271,20 @@ def describe_training(budget: Budget, sizes: Sequence[int | None] = ()) -> str:
     return f"{data}, {epochs}"
 
 
-def budget_lines(cells: Iterable[dict[str, Any]], devices: bool = True) -> list[str]:
+def budget_lines(cells: Iterable[dict[str, Any]]) -> list[str]:
     """One sentence per freezing strategy and budget: search, selection, training.
 
     Settings with the same freezing strategy and budget are described once, naming
-    their tasks. Where the heads of a setting did not all train on one device, a last
-    sentence names those settings and which heads and seeds ran where
-    (:func:`bench.report.devices.device_caveat`): the device is part of what a head was
-    given, and the README's budget section and the report's budget box both show these
-    lines.
+    their tasks. Settings whose heads did not all train on one device are a caveat of their
+    own (:func:`bench.report.devices.device_caveat`), shown beside these lines by the
+    README and the report.
 
     Args:
         cells: ``cells.json`` records.
-        devices: Add the device sentence (False for a caller that shows
-            :func:`bench.report.devices.device_caveat` among its warnings itself).
 
     Returns:
         Plain-text sentences (empty without cells).
     """
-    cells = list(cells)
     # Budgets that differ only by training size are one learning curve: said once.
     grouped: dict[tuple[str, Budget], dict[str, set[int | None]]] = defaultdict(
         lambda: defaultdict(set)
@@ -289,9 +306,7 @@ def budget_lines(cells: Iterable[dict[str, Any]], devices: bool = True) -> list[
                     f"{describe_selection(own)}; {describe_training(own, list(sizes))}.",
                 )
             )
-    lines = [line for _, line in sorted(found_lines, key=lambda kv: kv[0])]
-    caveat = device_caveat(cells) if devices and lines else None
-    return lines if caveat is None else [*lines, caveat]
+    return [line for _, line in sorted(found_lines, key=lambda kv: kv[0])]
 
 
 def dev_selected(cells: Iterable[dict[str, Any]]) -> int:

@@ -283,7 +283,8 @@ def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Fi
         ax.set_title(heading(task, encoder, multi_encoder, group, seeds_text(counts), size))
         ax.grid(axis="x", visible=False)
     fig.suptitle(
-        "Every seed: points = runs; × = failed (at or below the majority baseline); "
+        "Every seed: points = runs; × = failed (at or below the best constant prediction; "
+        "the majority baseline where none is recorded); "
         "▼ = crashed or diverged (no score); dashed = majority class"
     )
     _frame_legend(fig, palette, runs)

@@ -395,7 +395,7 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
 def budget_parts(ctx: ReportContext) -> list[str]:
     """The budget box: what every head was allowed, and what breaks the comparison."""
     cells = ctx.inputs.cells
-    lines = budget_lines(cells, devices=False)
+    lines = budget_lines(cells)
     if not lines:
         return [paragraph("Budget: not recorded (no cells.json beside the results).", "warning")]
     parts = [

@@ -36,6 +36,7 @@ from bench.report.context import (
     pvalue,
     short_metric,
 )
+from bench.report.devices import device_caveat
 from bench.report.headline import (
     headline_comparisons,
     headline_frame,
@@ -375,6 +376,9 @@ def experiment_readme(source: str | Path) -> str:
         + "\n".join(f"- {line}" for line in budget_lines(cells)),
     ]
     warnings = unequal_settings(cells) + missing_heads(cells)
+    devices = device_caveat(cells)
+    if devices is not None:
+        warnings.append(devices)
     on_dev = dev_selected(cells)
     if on_dev:
         warnings.append(

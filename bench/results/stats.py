@@ -15,8 +15,9 @@ Conventions:
   :data:`BASELINE_ATOL`:
 
   - the **best constant** prediction's score on the same split and metric, where the table
-    has a finite ``best_constant`` (majority share for accuracy, the better of
-    all-positive/all-negative for F1, 0 for MCC, correlations and entity F1);
+    has a finite ``best_constant`` (:mod:`bench.data.baselines`: majority share for
+    accuracy, the better of all-positive/all-negative for F1, 0 for MCC and correlations,
+    and for entity F1 the best ``B-X`` on every word, ``2s / (N + G)``: small but not 0);
   - otherwise (tables written before ``best_constant`` existed) the majority-class
     ``baseline`` of the same metric and split; correlation-type metrics (Pearson,
     Spearman, Matthews) without one use 0, since a constant predictor has no correlation
