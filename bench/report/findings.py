@@ -25,6 +25,7 @@ from bench.report.headline import (
     has_winner,
     headline_comparisons,
     headline_frame,
+    test_words,
     tested_phrase,
 )
 from bench.report.inputs import load_inputs
@@ -102,7 +103,7 @@ def experiment_finding(source: Path) -> str:
     text = (
         f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
         f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
-        f"settings (paired t-test over seeds, Holm over {tested_phrase(shown)}; a tier marks "
+        f"settings ({test_words(frame)}, Holm over {tested_phrase(shown)}; a tier marks "
         "those)"
     )
     if not clear.empty:

@@ -299,6 +299,22 @@ def _test_name(r: pd.Series) -> str:
     return "paired t-test"
 
 
+def test_words(rows: pd.DataFrame) -> str:
+    """The headline test in words: the paired t-test, and its crossed form where it ran.
+
+    Args:
+        rows: :func:`headline_frame` or comparison rows (with ``design``).
+    """
+    crossed = "design" in rows and rows["design"].fillna("").astype(str).ne("").any()
+    text = "paired t-test over seeds"
+    if crossed:
+        text += (
+            " (runs that cross seeds with batch orders: with seed and order effects, "
+            "Satterthwaite df)"
+        )
+    return text
+
+
 def tested_phrase(shown: pd.DataFrame) -> str:
     """The Holm count in words, naming the comparisons without a test (too few seeds).
 
@@ -474,8 +490,8 @@ def _selection_of(ctx: ReportContext) -> dict[tuple[str, str, str], str]:
     return {k: "+".join(sorted(v)) for k, v in found.items()}
 
 
-def _runs_cell(n_pairs: object, design: object) -> str:
-    """A table's count of paired runs, with the crossed grid where there is one."""
+def runs_cell(n_pairs: object, design: object) -> str:
+    """A table's count of paired runs (``10``), with the crossed grid where there is one."""
     count = str(int(n_pairs))  # type: ignore[call-overload]
     return f"{count} ({design})" if isinstance(design, str) and design else count
 
@@ -496,7 +512,7 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             points(r["runner_mean"]),
             points(r["margin"]),
             interval(r["ci_low"], r["ci_high"]),
-            _runs_cell(r["n_pairs"], r["design"]),
+            runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
             r["tier"],
@@ -534,12 +550,12 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             "Selection",
         ],
         rows,
-        caption="Winner and runner-up per setting (reporting split, ×100). p: paired t-test "
-        "over seeds; p (Holm): corrected over every headline comparison; tier: *** < 0.001, "
-        "** < 0.01, * < 0.05, n.s. otherwise. Winner failed: its runs that crashed, diverged "
-        "or scored at or below the best constant prediction. Beats the constant: whether the "
-        "winner's mean and its whole t-interval are above the best constant prediction; "
-        "'no' means the setting has no winner.",
+        caption="Winner and runner-up per setting (reporting split, ×100). p: "
+        f"{test_words(frame)}; p (Holm): corrected over every headline comparison; tier: "
+        "*** < 0.001, ** < 0.01, * < 0.05, n.s. otherwise. Winner failed: its runs that "
+        "crashed, diverged or scored at or below the best constant prediction. Beats the "
+        "constant: whether the winner's mean and its whole t-interval are above the best "
+        "constant prediction; 'no' means the setting has no winner.",
         numeric=[5, 8, 9, 11, 12, 13, 17, 18],
         css="headline",
     )
@@ -557,7 +573,7 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             interval(r["t_low"], r["t_high"]),
             interval(r["ci_low"], r["ci_high"])
             + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
-            _runs_cell(r["n_pairs"], r.get("design")),
+            runs_cell(r["n_pairs"], r.get("design")),
             pvalue(r["p"]),
             pvalue(r["p_holm_all"]),
             r["significance"],

@@ -41,12 +41,15 @@ from bench.report.headline import (
     headline_comparisons,
     headline_frame,
     headline_sentence,
+    runs_cell,
+    test_words,
     tested_phrase,
 )
 from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
 from bench.report.preset_grid import grid_progress, progress_text, unrun_text
-from bench.report.style import seeds_text, task_title
+from bench.report.style import orders_text, seeds_text, task_title
+from bench.results.stats import ORDER_FROM_SEED
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 
 README = "README.md"
@@ -86,13 +89,23 @@ def what_ran(ctx: ReportContext) -> str:
     runs = ctx.runs
     statuses = Counter(runs["status"])
     status = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-    seeds = runs.groupby(["task", "encoder", "head_label", "freeze_label"])["seed"].nunique()
+    cell = ["task", "encoder", "head_label", "freeze_label", "train_size"]
+    seeds = runs.groupby(cell)["seed"].nunique()
+    own = runs[runs["order_seed"] != ORDER_FROM_SEED]
+    orders = own.groupby(cell)["order_seed"].nunique()
+    crossed = orders[orders > 1]
     tasks = ", ".join(task_title(t) for t in sorted(runs["task"].unique()))
     text = (
         f"{len(runs)} cells ({status}) on {tasks} with "
         f"{', '.join(sorted(runs['encoder'].unique()))}: heads "
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
-        f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}."
+        f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}"
+        + (
+            f", each crossed with {orders_text(crossed)}: every seed trained with every "
+            "batch order."
+            if not crossed.empty
+            else "."
+        )
     )
     command = str(ctx.inputs.launch.get("command") or "")
     planned = ctx.inputs.launch.get("planned") or []
@@ -170,7 +183,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
             r["runner_up"] if isinstance(r["runner_up"], str) else "–",
             points(r["margin"]),
             interval(r["ci_low"], r["ci_high"]),
-            int(r["n_pairs"]),
+            runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p_holm"]),
             r["tier"],
             f"{r['winner_failed']}/{r['winner_runs']}",
@@ -413,7 +426,7 @@ def experiment_readme(source: str | Path) -> str:
                 ],
                 verdict_rows(frame),
             )
-            + "\n\nReporting split, ×100. p: paired t-test over seeds, Holm-corrected over "
+            + f"\n\nReporting split, ×100. p: {test_words(frame)}, Holm-corrected over "
             f"{tested_phrase(shown)} (each winner against every other head of its "
             "setting); tier: *** < 0.001, ** < 0.01, * < 0.05. Winner failed: runs that "
             "crashed, diverged or scored at or below the best constant prediction. Beats the "

@@ -110,14 +110,25 @@ def metric_title(metric: str) -> str:
     return METRIC_TITLES.get(str(metric), f"{metric} (×100)")
 
 
-def seeds_text(counts: Iterable[int]) -> str:
-    """``3 seeds`` or ``2–3 seeds`` for the per-cell seed counts of a figure."""
+def _span(counts: Iterable[int], noun: str) -> str:
+    """``3 seeds``, ``1 seed`` or ``2–3 seeds``; ``no seeds`` for no counts."""
     values = sorted({int(c) for c in counts})
     if not values:
-        return "no seeds"
+        return f"no {noun}s"
     if len(values) == 1:
-        return f"{values[0]} seed{'s' if values[0] != 1 else ''} per cell"
-    return f"{values[0]}–{values[-1]} seeds per cell"
+        return f"{values[0]} {noun}{'s' if values[0] != 1 else ''}"
+    return f"{values[0]}–{values[-1]} {noun}s"
+
+
+def seeds_text(counts: Iterable[int]) -> str:
+    """``3 seeds per cell`` or ``2–3 seeds per cell`` for the per-cell seed counts."""
+    text = _span(counts, "seed")
+    return text if text == "no seeds" else f"{text} per cell"
+
+
+def orders_text(counts: Iterable[int]) -> str:
+    """``5 batch orders`` or ``3–5 batch orders`` for the per-cell order-seed counts."""
+    return _span(counts, "batch order")
 
 
 def new_figure(width: float, height: float) -> Figure:
