@@ -17,7 +17,8 @@ from bench.report.context import build_context
 from bench.report.inputs import load_inputs
 from bench.report.variance import variance_section, variance_sentence
 from bench.results.collect import collect, read_table, tidy
-from bench.results.variance import complete_grid, failure_origin, two_way, variance_table
+from bench.results.crossed import complete_grid, two_way
+from bench.results.variance import failure_origin, variance_table
 from conftest import ROOT
 
 

@@ -21,6 +21,10 @@ the standard analysis of a balanced crossed design (e.g. subjects × items, Clar
 Baayen, Davidson & Bates 2008). With J = 1 or I = 1 the design is not crossed and the
 ordinary t applies.
 
+The decomposition itself (:func:`two_way`, :class:`TwoWay`) and the cut of a grid with
+missing runs to a complete part (:func:`complete_grid`) are also what
+:mod:`bench.results.variance` reports as the variance components of such a study.
+
 For a bootstrap interval the grid is resampled as a whole: rows (seeds) and columns
 (orders) are drawn with replacement independently and the mean of the resampled grid is
 recomputed, Owen's (2007) "pigeonhole" bootstrap, which is mildly conservative for this
@@ -38,6 +42,120 @@ from scipy import stats as sps
 
 #: The bootstrap method name of :func:`pigeonhole_interval`, as shown in tables.
 PIGEONHOLE = "pigeonhole"
+
+
+@dataclass(frozen=True)
+class TwoWay:
+    """A two-way analysis of variance without replication (rows × columns, one value each).
+
+    Attributes:
+        n_rows: Rows (initialisation seeds).
+        n_cols: Columns (order seeds).
+        grand_mean: Mean of every cell.
+        ss_rows: Sum of squares between rows.
+        ss_cols: Sum of squares between columns.
+        ss_resid: Residual (interaction) sum of squares.
+        var_rows: Row variance component (method of moments, at least 0).
+        var_cols: Column variance component.
+        var_resid: Residual variance (the residual mean square).
+        p_rows: F test of the rows (NaN where the residual mean square is 0).
+        p_cols: F test of the columns.
+    """
+
+    n_rows: int
+    n_cols: int
+    grand_mean: float
+    ss_rows: float
+    ss_cols: float
+    ss_resid: float
+    var_rows: float
+    var_cols: float
+    var_resid: float
+    p_rows: float
+    p_cols: float
+
+    @property
+    def var_total(self) -> float:
+        """The sum of the three components."""
+        return self.var_rows + self.var_cols + self.var_resid
+
+    def share(self, component: float) -> float:
+        """A component's share of :attr:`var_total` (NaN when the total is 0)."""
+        total = self.var_total
+        return component / total if total > 0 else math.nan
+
+
+def two_way(values: np.ndarray) -> TwoWay:
+    """Decompose a complete rows × columns grid (one value per cell).
+
+    Args:
+        values: A 2-D array without NaN, at least 2 × 2.
+
+    Returns:
+        The sums of squares, variance components and F-test p-values.
+
+    Raises:
+        ValueError: For a grid smaller than 2 × 2 or with a missing value.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 2 or min(x.shape) < 2:
+        raise ValueError(f"a two-way grid needs at least 2 x 2 values, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("a two-way grid needs a finite value in every cell")
+    n_rows, n_cols = x.shape
+    grand = float(x.mean())
+    rows = x.mean(axis=1)
+    cols = x.mean(axis=0)
+    ss_rows = float(n_cols * ((rows - grand) ** 2).sum())
+    ss_cols = float(n_rows * ((cols - grand) ** 2).sum())
+    resid = x - rows[:, None] - cols[None, :] + grand
+    ss_resid = float((resid**2).sum())
+    df_rows, df_cols = n_rows - 1, n_cols - 1
+    df_resid = df_rows * df_cols
+    ms_rows, ms_cols, ms_resid = ss_rows / df_rows, ss_cols / df_cols, ss_resid / df_resid
+    tiny = 1e-12 * max(1.0, float((x**2).mean()))
+    if ms_resid > tiny:
+        p_rows = float(sps.f.sf(ms_rows / ms_resid, df_rows, df_resid))
+        p_cols = float(sps.f.sf(ms_cols / ms_resid, df_cols, df_resid))
+    else:  # an additive grid: F is undefined
+        p_rows = p_cols = math.nan
+    return TwoWay(
+        n_rows=n_rows,
+        n_cols=n_cols,
+        grand_mean=grand,
+        ss_rows=ss_rows,
+        ss_cols=ss_cols,
+        ss_resid=ss_resid,
+        var_rows=max(0.0, (ms_rows - ms_resid) / n_cols),
+        var_cols=max(0.0, (ms_cols - ms_resid) / n_rows),
+        var_resid=ms_resid,
+        p_rows=p_rows,
+        p_cols=p_cols,
+    )
+
+
+def complete_grid(wide: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The largest complete part of a rows × columns grid, found by dropping gaps greedily.
+
+    Repeatedly drops the row or column with the most missing values (rows first on ties)
+    until no value is missing.
+
+    Args:
+        wide: Rows × columns with NaN where a run is missing.
+
+    Returns:
+        The complete grid and how many present values were dropped with it.
+    """
+    grid = wide.copy()
+    present = int(grid.notna().sum().sum())
+    while grid.size and grid.isna().to_numpy().any():
+        by_row = grid.isna().sum(axis=1)
+        by_col = grid.isna().sum(axis=0)
+        if by_row.max() >= by_col.max():
+            grid = grid.drop(index=by_row.idxmax())
+        else:
+            grid = grid.drop(columns=by_col.idxmax())
+    return grid, present - int(grid.notna().sum().sum())
 
 
 @dataclass(frozen=True)
@@ -69,9 +187,9 @@ def grid_of(values: pd.Series) -> pd.DataFrame | None:
     """Values indexed by (seed, order_seed) as a complete seeds × orders grid, if crossed.
 
     Runs form a crossed design when at least two seeds each ran with at least two order
-    seeds. Where some runs are missing (a failed cell), the larger complete part is kept:
-    the seeds that ran every order, or the orders that every seed ran, whichever has more
-    runs (ties: seeds); a part with fewer than two rows or columns is no grid.
+    seeds. Where some runs are missing (a failed cell), the grid is cut to a complete part
+    by :func:`complete_grid` (as the variance table cuts it); a part with fewer than two
+    rows or columns is no grid.
 
     Args:
         values: A Series with a two-level index (seed, order_seed); NaNs count as missing.
@@ -86,12 +204,10 @@ def grid_of(values: pd.Series) -> pd.DataFrame | None:
     wide = finite.unstack()
     if wide.shape[0] < 2 or wide.shape[1] < 2:
         return None
-    full_rows = wide.dropna(axis=0, how="any")
-    full_cols = wide.dropna(axis=1, how="any")
-    best = full_rows if full_rows.size >= full_cols.size else full_cols
-    if best.shape[0] < 2 or best.shape[1] < 2:
+    grid, _ = complete_grid(wide)
+    if grid.shape[0] < 2 or grid.shape[1] < 2:
         return None
-    return best
+    return grid
 
 
 def crossed_mean(grid: np.ndarray | pd.DataFrame) -> CrossedMean:
@@ -104,22 +220,14 @@ def crossed_mean(grid: np.ndarray | pd.DataFrame) -> CrossedMean:
         The :class:`CrossedMean` (module docstring for the formulas).
 
     Raises:
-        ValueError: For a grid smaller than 2 × 2 or with NaNs.
+        ValueError: For a grid smaller than 2 × 2 or with NaNs (:func:`two_way`).
     """
-    x = np.asarray(grid, dtype=float)
-    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 2:
-        raise ValueError(f"a crossed grid needs at least 2 × 2 values, got shape {x.shape}")
-    if np.isnan(x).any():
-        raise ValueError("a crossed grid must be complete (no NaN)")
-    n_i, n_j = x.shape
-    mean = float(x.mean())
-    rows, cols = x.mean(axis=1), x.mean(axis=0)
+    fit = two_way(np.asarray(grid, dtype=float))
+    n_i, n_j = fit.n_rows, fit.n_cols
+    mean = fit.grand_mean
     df_a, df_b = n_i - 1, n_j - 1
     df_e = df_a * df_b
-    ms_a = n_j * float(np.sum((rows - mean) ** 2)) / df_a
-    ms_b = n_i * float(np.sum((cols - mean) ** 2)) / df_b
-    resid = x - rows[:, None] - cols[None, :] + mean
-    ms_e = float(np.sum(resid**2)) / df_e
+    ms_a, ms_b, ms_e = fit.ss_rows / df_a, fit.ss_cols / df_b, fit.ss_resid / df_e
     cells = n_i * n_j
     seed_on = ms_a > ms_e  # σ_a² estimate (MS_A − MS_E)/J is positive
     order_on = ms_b > ms_e

@@ -26,12 +26,11 @@ origin is then reported as ``not separable``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from bench.results.crossed import TwoWay, complete_grid, two_way
 from bench.results.stats import GROUP_KEYS, ORDER_FROM_SEED, run_values
 
 #: Significance level of the F tests that name a failure origin.
@@ -61,120 +60,6 @@ VARIANCE_COLUMNS = [
     "fail_p_order",
     "failure_origin",
 ]
-
-
-@dataclass(frozen=True)
-class TwoWay:
-    """A two-way analysis of variance without replication (rows × columns, one value each).
-
-    Attributes:
-        n_rows: Rows (initialisation seeds).
-        n_cols: Columns (order seeds).
-        grand_mean: Mean of every cell.
-        ss_rows: Sum of squares between rows.
-        ss_cols: Sum of squares between columns.
-        ss_resid: Residual (interaction) sum of squares.
-        var_rows: Row variance component (method of moments, at least 0).
-        var_cols: Column variance component.
-        var_resid: Residual variance (the residual mean square).
-        p_rows: F test of the rows (NaN where the residual mean square is 0).
-        p_cols: F test of the columns.
-    """
-
-    n_rows: int
-    n_cols: int
-    grand_mean: float
-    ss_rows: float
-    ss_cols: float
-    ss_resid: float
-    var_rows: float
-    var_cols: float
-    var_resid: float
-    p_rows: float
-    p_cols: float
-
-    @property
-    def var_total(self) -> float:
-        """The sum of the three components."""
-        return self.var_rows + self.var_cols + self.var_resid
-
-    def share(self, component: float) -> float:
-        """A component's share of :attr:`var_total` (NaN when the total is 0)."""
-        total = self.var_total
-        return component / total if total > 0 else math.nan
-
-
-def two_way(values: np.ndarray) -> TwoWay:
-    """Decompose a complete rows × columns grid (one value per cell).
-
-    Args:
-        values: A 2-D array without NaN, at least 2 × 2.
-
-    Returns:
-        The sums of squares, variance components and F-test p-values.
-
-    Raises:
-        ValueError: For a grid smaller than 2 × 2 or with a missing value.
-    """
-    x = np.asarray(values, dtype=float)
-    if x.ndim != 2 or min(x.shape) < 2:
-        raise ValueError(f"a two-way grid needs at least 2 x 2 values, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("a two-way grid needs a finite value in every cell")
-    n_rows, n_cols = x.shape
-    grand = float(x.mean())
-    rows = x.mean(axis=1)
-    cols = x.mean(axis=0)
-    ss_rows = float(n_cols * ((rows - grand) ** 2).sum())
-    ss_cols = float(n_rows * ((cols - grand) ** 2).sum())
-    resid = x - rows[:, None] - cols[None, :] + grand
-    ss_resid = float((resid**2).sum())
-    df_rows, df_cols = n_rows - 1, n_cols - 1
-    df_resid = df_rows * df_cols
-    ms_rows, ms_cols, ms_resid = ss_rows / df_rows, ss_cols / df_cols, ss_resid / df_resid
-    tiny = 1e-12 * max(1.0, float((x**2).mean()))
-    if ms_resid > tiny:
-        p_rows = float(sps.f.sf(ms_rows / ms_resid, df_rows, df_resid))
-        p_cols = float(sps.f.sf(ms_cols / ms_resid, df_cols, df_resid))
-    else:  # an additive grid: F is undefined
-        p_rows = p_cols = math.nan
-    return TwoWay(
-        n_rows=n_rows,
-        n_cols=n_cols,
-        grand_mean=grand,
-        ss_rows=ss_rows,
-        ss_cols=ss_cols,
-        ss_resid=ss_resid,
-        var_rows=max(0.0, (ms_rows - ms_resid) / n_cols),
-        var_cols=max(0.0, (ms_cols - ms_resid) / n_rows),
-        var_resid=ms_resid,
-        p_rows=p_rows,
-        p_cols=p_cols,
-    )
-
-
-def complete_grid(wide: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """The largest complete part of a rows × columns grid, found by dropping gaps greedily.
-
-    Repeatedly drops the row or column with the most missing values (rows first on ties)
-    until no value is missing.
-
-    Args:
-        wide: Rows × columns with NaN where a run is missing.
-
-    Returns:
-        The complete grid and how many present values were dropped with it.
-    """
-    grid = wide.copy()
-    present = int(grid.notna().sum().sum())
-    while grid.size and grid.isna().to_numpy().any():
-        by_row = grid.isna().sum(axis=1)
-        by_col = grid.isna().sum(axis=0)
-        if by_row.max() >= by_col.max():
-            grid = grid.drop(index=by_row.idxmax())
-        else:
-            grid = grid.drop(columns=by_col.idxmax())
-    return grid, present - int(grid.notna().sum().sum())
 
 
 def failure_origin(failed: np.ndarray, alpha: float = ALPHA) -> tuple[str, TwoWay | None]:
