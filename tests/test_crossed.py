@@ -162,6 +162,28 @@ def test_the_pigeonhole_bootstrap_resamples_rows_and_columns():
     assert crossed.pigeonhole_interval(np.full((2, 3), 0.7)) == (0.7, 0.7, "constant")
 
 
+def _row(head: str, seed: int, value: float, **extra: object) -> dict[str, object]:
+    """One tidy-table row: a frozen SST-2 run of ``head`` with accuracy ``value``."""
+    return {
+        "task": "sst2",
+        "encoder": "minilm",
+        "head": head,
+        "head_label": head,
+        "layers": "-1",
+        "freeze": "frozen",
+        "freeze_label": "frozen",
+        "seed": seed,
+        "status": "ok",
+        "main_metric": "accuracy",
+        "split": "dev",
+        "metric": "accuracy",
+        "value": value,
+        "baseline": 0.5,
+        "best_constant": 0.5,
+        **extra,
+    }
+
+
 def _crossed_table(shift: float = 0.01) -> pd.DataFrame:
     rng = np.random.default_rng(11)
     seed_effect = rng.normal(0, 0.02, size=4)
@@ -170,26 +192,7 @@ def _crossed_table(shift: float = 0.01) -> pd.DataFrame:
     for head, offset in (("linear", 0.0), ("bilstm", shift)):
         for (i, s), (j, o) in itertools.product(enumerate(range(1, 5)), enumerate(range(1, 4))):
             value = 0.8 + offset + seed_effect[i] + order_effect[j] + rng.normal(0, 0.004)
-            rows.append(
-                {
-                    "task": "sst2",
-                    "encoder": "minilm",
-                    "head": head,
-                    "head_label": head,
-                    "layers": "-1",
-                    "freeze": "frozen",
-                    "freeze_label": "frozen",
-                    "seed": s,
-                    "order_seed": o,
-                    "status": "ok",
-                    "main_metric": "accuracy",
-                    "split": "dev",
-                    "metric": "accuracy",
-                    "value": value,
-                    "baseline": 0.5,
-                    "best_constant": 0.5,
-                }
-            )
+            rows.append(_row(head, s, value, order_seed=o))
     return pd.DataFrame(rows)
 
 
@@ -247,24 +250,7 @@ def _uneven_table() -> pd.DataFrame:
     values = {"a": [0.80, 0.81, 0.82, 0.83, 0.95, 0.96], "b": [0.82, 0.83, 0.845, 0.85]}
     for head, seq in values.items():
         for seed, value in enumerate(seq, start=1):
-            rows.append(
-                {
-                    "task": "sst2",
-                    "encoder": "minilm",
-                    "head": head,
-                    "head_label": head,
-                    "freeze": "frozen",
-                    "freeze_label": "frozen",
-                    "seed": seed,
-                    "status": "ok",
-                    "main_metric": "accuracy",
-                    "split": "dev",
-                    "metric": "accuracy",
-                    "value": value,
-                    "baseline": 0.5,
-                    "best_constant": 0.5,
-                }
-            )
+            rows.append(_row(head, seed, value))
     for seed in (5, 6):
         rows.append({**rows[-1], "seed": seed, "status": "failed", "value": np.nan})
     return pd.DataFrame(rows)
@@ -323,22 +309,7 @@ def test_a_self_check_of_a_crossed_study_replaces_only_the_rerun_runs():
 def test_differences_constant_up_to_float_noise_get_a_constant_interval():
     table = pd.DataFrame(
         [
-            {
-                "task": "sst2",
-                "encoder": "minilm",
-                "head": head,
-                "head_label": head,
-                "freeze": "frozen",
-                "freeze_label": "frozen",
-                "seed": seed,
-                "status": "ok",
-                "main_metric": "accuracy",
-                "split": "dev",
-                "metric": "accuracy",
-                "value": value,
-                "baseline": 0.5,
-                "best_constant": 0.5,
-            }
+            _row(head, seed, value)
             for head, values in (("a", [0.81, 0.84, 0.9]), ("b", [0.78, 0.81, 0.87]))
             for seed, value in enumerate(values, start=1)
         ]
