@@ -120,8 +120,9 @@ def check_identity(cfg: DictConfig) -> None:
     """Check what a cell's run directory is made of, before any directory is made.
 
     Every required key is set (``seed`` has no default), the seeds are integers in
-    :data:`SEED_RANGE`, and every name in :data:`PATH_KEYS` is one safe path component, so
-    no cell writes outside ``runs_dir`` or ``results_dir``.
+    :data:`SEED_RANGE`, ``search.trials`` (hashed) is a count, and every name in
+    :data:`PATH_KEYS` is one safe path component, so no cell writes outside ``runs_dir`` or
+    ``results_dir``.
 
     Args:
         cfg: A composed config (with or without the ``hydra`` node).
@@ -141,6 +142,9 @@ def check_identity(cfg: DictConfig) -> None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{key}={value!r}: must be an integer from {low} to {high}")
+    trials = OmegaConf.select(cfg, "search.trials", default=0)  # hashed when above 0
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise ConfigError(f"search.trials={trials!r}: must be an integer, at least 0 (no search)")
     path_axes(cfg)
     for key in PATH_KEYS:
         value = OmegaConf.select(cfg, key, default=None)

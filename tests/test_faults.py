@@ -53,6 +53,22 @@ CONFIG_CASES = {
     # case: (overrides, what the message must contain)
     "unknown group option": (["head=foo"], ["Could not find 'head/foo'", "linear", "bilstm"]),
     "misspelled key": (["data.batchsize=8"], ["data.batchsize"]),
+    # Hydra's hint for the line above is to add the key with '+': a misspelling still
+    "misspelled key added with +": (
+        ["+data.batchsize=8"],
+        ["+data.batchsize", "did you mean data.batch_size=... (without +)"],
+    ),
+    "a flag misspelled": (["+forse=true"], ["+forse", "did you mean +force=..."]),
+    "a yes/no word for a flag": (["+force=no"], ["force='no'", "true or false"]),
+    "a yes/no word for a head option": (
+        ["head=last4_concat", "head.mlp=no"],
+        ["head.mlp='no'", "true or false"],
+    ),
+    "dropout of one or more": (["head.dropout=1.5"], ["head.dropout=1.5", "below 1"]),
+    "a search budget that is not a count": (
+        ["search=random", "search.trials=abc"],
+        ["search.trials='abc'", "an integer, at least 0"],
+    ),
     "wrong type": (["data.batch_size=abc"], ["data.batch_size='abc'", "must be an integer"]),
     "negative learning rate": (["optim.head_lr=-1"], ["optim.head_lr=-1", "at least 0"]),
     "pooler init=pretrained, untrained pooler": (

@@ -457,3 +457,27 @@ def test_a_table_whose_failures_exceed_its_majority_baseline_shows_the_best_cons
             ((setting["status"] != "ok") | (setting["value"] <= baseline)).sum()
         )
     assert counted["best constant"] > counted["baseline"]  # the label makes a difference
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "not_a_results_table"])
+def test_tables_and_report_name_a_bad_source_in_one_line_with_exit_2(tmp_path, capsys, kind):
+    from bench.report.__main__ import main as report_main
+    from bench.results.tables import main as tables_main
+
+    source = tmp_path / "source"
+    if kind == "empty":
+        source.mkdir()
+    elif kind == "not_a_results_table":
+        source = tmp_path / "bad.csv"
+        source.write_text("a,b\n1,2\n", encoding="utf-8")
+    for run in (
+        lambda: tables_main([str(source), "--style", "heads", "-o", str(tmp_path / "out")]),
+        lambda: report_main([str(source), "-o", str(tmp_path / "r.html")]),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            run()
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err
+        assert str(source.name) in err or "required columns" in err
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()

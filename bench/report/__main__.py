@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else Path("reports") / f"{Path(args.source).name}.html"
     try:
         path = build_report(args.source, out, args.title)
-    except (FileNotFoundError, HeadbenchError) as err:  # names the file and what is wrong
-        sys.exit(f"error: {err}")
+    except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     print(f"wrote {path}")
 
 

@@ -19,6 +19,7 @@ All numbers are ×100. Labels from the data are escaped for each format.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +31,7 @@ from bench.atomic import atomic_write
 from bench.axes.freezing import freeze_rank
 from bench.axes.heads import head_order
 from bench.data.tasks import get_task
+from bench.errors import HeadbenchError
 from bench.results import stats
 from bench.results.collect import collect, read_table
 from bench.results.curves import size_key, size_text, sized_settings, split_by_size, whole_number
@@ -664,7 +666,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source.parent if source.is_file() else source)
-    table = load_source(source)
+    try:
+        table = load_source(source)
+    except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     refs = load_references()
     for style in applicable_styles(table) if args.style == "all" else (args.style,):
         doc = build(table, style, refs)

@@ -21,6 +21,7 @@ them, so a command refused earlier answers without the seconds those imports tak
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from pathlib import Path
@@ -39,6 +40,7 @@ from bench.data.padding import check_pad_multiple, widest_batch
 from bench.errors import ConfigError, EncoderError
 from bench.model.compiled import check_compile_mode
 from bench.model.matmul import DEFAULT_MATMUL_PRECISION, check_matmul_precision
+from bench.paths import config_dir
 from bench.run import search
 from bench.run.allocator import check_malloc_mode
 from bench.run.plan import check_output_dirs, hydra_context
@@ -64,7 +66,18 @@ TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
     "optim.adam_eps": (NUMBER, 0),
     "optim.fused": ((bool,), None),
     "runtime.loss_check_steps": (INT, 1),
+    "head.mlp": ((bool,), None),
+    "head.dropout": (NUMBER, 0),
+    "cache.enabled": ((bool,), None),
+    # what a sweep does with finished cells (bench/run/resume.py): `+force=no` is not false
+    "force": ((bool,), None),
+    "rerun_failed": ((bool,), None),
+    "rerun_environmental": ((bool,), None),
 }
+#: Top-level keys a command line adds with ``+`` (:func:`check_additions`).
+FLAG_ADDITIONS = ("force", "rerun_failed", "rerun_environmental")
+#: How close a ``+`` key must be to an existing one to be called its misspelling (difflib).
+TYPO_CUTOFF = 0.75
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # 2 positions reserved for padding
 
 
@@ -108,6 +121,48 @@ def check_types(cfg: DictConfig) -> None:
     ratio = OmegaConf.select(cfg, "optim.warmup_ratio", default=None)
     if isinstance(ratio, (int, float)) and ratio > 1:
         raise ConfigError(f"optim.warmup_ratio={ratio!r}: must be between 0 and 1")
+    dropout = OmegaConf.select(cfg, "head.dropout", default=None)
+    if isinstance(dropout, (int, float)) and dropout >= 1:
+        raise ConfigError(f"head.dropout={dropout!r}: must be at least 0 and below 1")
+
+
+def check_additions(cfg: DictConfig) -> None:
+    """Refuse a ``+key=value`` addition that misspells a key the config has.
+
+    Hydra refuses an unknown key and suggests adding it with ``+``; a user who follows
+    that for a misspelling (``+data.batchsize=8``) gets a key nothing reads and a run that
+    silently ignores it. An addition is refused when its name is close to one the config
+    already has beside it (:data:`TYPO_CUTOFF`) or, at the top level, to a flag of
+    :data:`FLAG_ADDITIONS`; config groups (``+experiment=...``) and ``++`` are left alone.
+
+    Args:
+        cfg: A composed config whose ``hydra.overrides.task`` holds the command's overrides.
+
+    Raises:
+        ConfigError: Naming the addition and the key it probably meant.
+    """
+    overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
+    groups = {p.name for p in config_dir().iterdir() if p.is_dir()}
+    for text in overrides:
+        if not str(text).startswith("+") or str(text).startswith("++"):
+            continue
+        key = str(text)[1:].partition("=")[0]
+        if key in FLAG_ADDITIONS or "/" in key or key in groups:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+        if not isinstance(node, DictConfig):
+            continue
+        known = [str(k) for k in node if str(k) != leaf]
+        if not parent:
+            known = [k for k in known if k != "hydra"] + list(FLAG_ADDITIONS)
+        close = difflib.get_close_matches(leaf, known, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            meant = f"{parent}.{close[0]}" if parent else close[0]
+            how = f"+{meant}=..." if meant in FLAG_ADDITIONS else f"{meant}=... (without +)"
+            raise ConfigError(
+                f"+{key}: adds a key that nothing reads, and {meant!r} exists; did you mean {how}?"
+            )
 
 
 def _encoder_facts(encoder: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +295,7 @@ def check_cell(cfg: DictConfig) -> None:
     """
     check_identity(cfg)
     check_types(cfg)
+    check_additions(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     check_compile_mode(OmegaConf.select(cfg, "trainer.compile", default=False))
     check_cached_precision(cfg)
