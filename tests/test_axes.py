@@ -17,6 +17,7 @@ from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.model.encoders import load_tokenizer
 from bench.results.collect import cell_key, tidy
+from bench.results.crossed import crossed_t_test
 from bench.results.result_file import with_axes
 from bench.results.stats import compare_heads, normalize_table, run_values
 from bench.run.plan import plan
@@ -167,7 +168,10 @@ def test_heads_are_paired_by_seed_and_order_seed():
     assert row["n_pairs"] == 6
     assert row["diff"] == pytest.approx(diffs.mean())
     assert row["seeds"] == "1/o1,1/o2,2/o1,2/o2,3/o1,3/o2"
-    assert row["p"] == pytest.approx(sps.ttest_rel([a[r] for r in runs], [b[r] for r in runs])[1])
+    # every seed ran with both orders: a crossed grid, tested with seed and order effects
+    assert row["design"] == "3 seeds × 2 orders"
+    assert row["p"] == pytest.approx(crossed_t_test(diffs.reshape(3, 2))[0])
+    assert row["p"] != pytest.approx(sps.ttest_rel([a[r] for r in runs], [b[r] for r in runs])[1])
     sizes = tidy([_result(1, None, 0.8, train_size=100), _result(1, None, 0.9, train_size=400)])
     assert list(pd.unique(normalize_table(sizes)["train_size"])) == [100, 400]
     assert len(run_values(sizes)) == 2  # two training sizes: two runs, not one

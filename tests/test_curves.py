@@ -20,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from scipy import stats as sps
 
+from bench.axes.sweep import expand
 from bench.cell import config_hash
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.selection import carve_first, carve_selection
@@ -40,7 +41,6 @@ from bench.results.result_file import with_axes
 from bench.results.tables import build
 from bench.run.plan import plan
 from bench.run.preflight import check_protocol
-from bench.run.sweep import expand
 from conftest import CONF, ROOT
 
 SIZES = {"rte": [100, 200, 500, 1000, 2000], "sst2": [100, 200, 500, 1000, 2000, 4000]}

@@ -770,7 +770,7 @@ def test_a_bench_part_cut_anywhere_leaves_the_heads_of_a_task_with_the_same_seed
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from bench.run.sweep import expand
+    from bench.axes.sweep import expand
 
     preset = OmegaConf.load(ROOT / "conf" / "experiment" / "fair_heads_gpu.yaml")
     params = OmegaConf.to_container(preset.hydra.sweeper.params)

@@ -18,11 +18,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from bench.axes import encoders, freezing, heads, layers
+from bench.axes.sweep import expand
 from bench.data import selection, tasks
 from bench.errors import ConfigError
 from bench.run import search, trackers
 from bench.run.preflight import check_protocol
-from bench.run.sweep import expand
 from conftest import CONF
 
 #: Groups whose options are plain settings with no registry of their own: only their names

@@ -11,10 +11,10 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.plugins.sweeper import Sweeper
 
+from bench.axes.sweep import expand
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.run.plan import plan
-from bench.run.sweep import expand
 from conftest import bench_in_this_process
 
 PARSER = OverridesParser.create()

@@ -5,7 +5,7 @@ each launch narrowing the preset's sweep on the command line. The launch log pla
 was launched, so a results README built between parts would describe the parts that ran as
 if they were the experiment. This module reads the preset named by the newest launch
 (``experiment=<name>`` → ``conf/experiment/<name>.yaml``) and expands its sweep with the
-sweeper's own expansion (:func:`bench.run.sweep.expand`, Hydra's override grammar), with no
+sweeper's own expansion (:func:`bench.axes.sweep.expand`, Hydra's override grammar), with no
 command line: the preset's whole grid. :func:`grid_progress` matches each of its cells with
 the results (by task, encoder, head, freezing strategy, seed, order seed and training size)
 and says which settings lack heads or seeds; where a preset sweeps something the results
@@ -25,10 +25,10 @@ import pandas as pd
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from bench.axes.sweep import expand
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.curves import size_text, whole_number
-from bench.run.sweep import expand
 
 #: Sweep keys whose values are a column of the results table, in the order shown.
 AXES = ("task", "encoder", "head", "freeze", "seed")
@@ -101,7 +101,7 @@ def preset_cells(preset: Path) -> list[dict[str, str]] | None:
     """Every cell of a preset's whole grid, as its values of :data:`CELL_KEYS`.
 
     The grid is what the sweeper launches for ``experiment=<name>`` with nothing else on
-    the command line (:func:`bench.run.sweep.expand`: the union of the grids' products).
+    the command line (:func:`bench.axes.sweep.expand`: the union of the grids' products).
 
     Args:
         preset: ``conf/experiment/<name>.yaml``.

@@ -27,10 +27,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import unwritable_reason
+from bench.axes.sweep import expand
 from bench.cell import TRIAL_FILE, TRIALS_DIR, cell_path, check_identity, config_hash
 from bench.errors import ConfigError, HeadbenchError
 from bench.run.resume import CellState, ResumePolicy, cell_state, running_elsewhere, should_run
-from bench.run.sweep import expand
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""headbench's Hydra sweeper plugin: ``hydra/sweeper=grid`` (see :mod:`bench.run.sweep`)."""
+"""headbench's Hydra sweeper plugin: ``hydra/sweeper=grid`` (see :mod:`bench.axes.sweep`)."""

@@ -1,7 +1,7 @@
 """``hydra/sweeper=grid``: Hydra's basic sweeper, plus a union of grids.
 
 Hydra loads sweepers only from the ``hydra_plugins`` namespace package, so this thin
-plugin lives here; the expansion itself is :func:`bench.run.sweep.expand`, shared with
+plugin lives here; the expansion itself is :func:`bench.axes.sweep.expand`, shared with
 the dry run. Config (``hydra.sweeper``):
 
 - ``params``: key -> value or sweep, as the basic sweeper's;
@@ -24,8 +24,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from bench.axes.sweep import expand
 from bench.run.plan import composed_by_plan
-from bench.run.sweep import expand
 
 log = logging.getLogger(__name__)
 
