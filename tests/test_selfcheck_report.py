@@ -314,7 +314,8 @@ def test_a_bad_record_is_an_error_naming_the_file(tmp_path, record, change, mess
     assert "python -m bench.run.selfcheck" in str(err.value)  # how to write it again
     with pytest.raises(SystemExit) as exit_:
         report_main([str(folder), "-o", str(tmp_path / "report.html")])
-    assert str(exit_.value.code).startswith(f"error: {path}: ")
+    assert exit_.value.code == 2  # bad input, named in one line
+    assert capsys.readouterr().err.startswith(f"error: {path}: ")
     assert not (tmp_path / "report.html").exists()
 
 
