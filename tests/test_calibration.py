@@ -435,3 +435,90 @@ def test_the_findings_sentence_appears_only_with_probabilities(cells, tmp_path):
     assert f"lowers ECE in {(runs['ece_ts'] < runs['ece']).sum()} of 2 runs" in sentence
     assert "unavailable" in calibration_finding(root / "results" / "dev")
     assert calibration_finding(tmp_path) is None  # no predictions.parquet at all
+
+
+# --------------------------------------------------------------------------- Findings rule
+
+
+def _calibration_runs(per_head: dict[str, tuple[list[float], list[float]]]) -> pd.DataFrame:
+    """Calibration runs of one SST-2 setting: per head, (ECE per seed, accuracy per seed)."""
+    rows = []
+    for head, (eces, accuracies) in per_head.items():
+        for seed, (ece, acc) in enumerate(zip(eces, accuracies, strict=True), start=1):
+            rows.append(
+                {
+                    "task": "sst2",
+                    "encoder": "minilm",
+                    "head": head,
+                    "head_label": head,
+                    "layers": "-1",
+                    "freeze": "frozen",
+                    "freeze_label": "frozen",
+                    "seed": seed,
+                    "train_size": np.nan,
+                    "order_seed": np.nan,
+                    "split": "dev",
+                    "accuracy": acc,
+                    "ece": ece,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _results_of(runs: pd.DataFrame, constant: float) -> pd.DataFrame:
+    """The tidy results table of those runs: accuracy is the main metric."""
+    return runs.assign(
+        status="ok",
+        main_metric="accuracy",
+        metric="accuracy",
+        value=runs["accuracy"],
+        baseline=constant,
+        best_constant=constant,
+    ).drop(columns=["accuracy", "ece"])
+
+
+def test_the_lowest_ece_is_sought_among_heads_that_beat_the_constant_with_accuracy_beside():
+    from bench.report.findings import lowest_ece, score_standing
+
+    constant = 0.509
+    per_head = {
+        # at chance: the lowest ECE of all, trivially (its mean is at the constant)
+        "chance": ([0.010, 0.012, 0.011], [0.509, 0.509, 0.509]),
+        # learned, clearly above the constant
+        "good": ([0.050, 0.060, 0.055], [0.80, 0.81, 0.79]),
+        "worse": ([0.150, 0.170, 0.160], [0.78, 0.80, 0.79]),
+    }
+    runs = _calibration_runs(per_head)
+    standing = score_standing(_results_of(runs, constant))
+    row = lowest_ece(runs, standing).iloc[0]
+    assert row["head"] == "good"  # not "chance", whose mean ECE is lowest
+    assert row["ece"] == pytest.approx(np.mean(per_head["good"][0]))
+    assert row["accuracy"] == pytest.approx(np.mean(per_head["good"][1]))
+    assert "`chance` 1.1 at 50.9 acc" in row["left_out"]
+    # without the rule, the chance head would be named
+    assert lowest_ece(runs).iloc[0]["head"] == "chance"
+    # good vs worse: ECE differs on every seed by ~0.1: not a tie
+    assert row["tied"] == ""
+
+
+def test_a_head_whose_accuracy_interval_reaches_the_constant_is_named_with_a_caveat():
+    from bench.report import findings
+
+    constant = 0.509
+    per_head = {
+        # mean above the constant, but three noisy seeds: its t-interval reaches it
+        "borderline": ([0.020, 0.025, 0.022], [0.50, 0.53, 0.52]),
+        "good": ([0.060, 0.030, 0.080], [0.80, 0.81, 0.79]),
+    }
+    runs = _calibration_runs(per_head)
+    table = _results_of(runs, constant)
+    acc = np.array(per_head["borderline"][1])
+    low = acc.mean() - 4.303 * acc.std(ddof=1) / np.sqrt(3)  # t(0.975, 2) = 4.303
+    assert low < constant < acc.mean()
+    lowest = findings.lowest_ece(runs, findings.score_standing(table)).iloc[0]
+    assert lowest["head"] == "borderline" and lowest["standing"] == "interval reaches it"
+    text = findings._ece_notes(lowest, every=2)
+    assert text.startswith(f" at {100 * acc.mean():.1f} acc (the 95% t-interval of its acc")
+    assert "reaches the best constant prediction, 50.9: calibration there says little" in text
+    # the ECE gap to `good` is not significant on three seeds: a tie, named
+    assert lowest["tied"] == "`good`"

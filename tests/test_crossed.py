@@ -317,3 +317,89 @@ def test_differences_constant_up_to_float_noise_get_a_constant_interval():
     row = stats.compare_heads(table).iloc[0]
     assert row["reason"] == "differences constant: t undefined"
     assert row["ci_method"] == "constant" and row["ci_low"] == row["ci_high"]
+
+
+def _crossed_heads_table() -> pd.DataFrame:
+    """Three heads over 5 seeds × 4 orders, each head with its own seed and order effects."""
+    rng = np.random.default_rng(23)
+    rows = []
+    for head, offset in (("linear", 0.0), ("bilstm", 0.012), ("mean_linear", 0.03)):
+        seed_effect = rng.normal(0, 0.01, size=5)
+        order_effect = rng.normal(0, 0.01, size=4)
+        for (i, s), (j, o) in itertools.product(enumerate(range(1, 6)), enumerate(range(1, 5))):
+            value = 0.8 + offset + seed_effect[i] + order_effect[j] + rng.normal(0, 0.003)
+            rows.append(_row(head, s, value, order_seed=o))
+    return pd.DataFrame(rows)
+
+
+def _crossed_interval_by_hand(d: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Mean of a seeds × orders grid ± t(Satterthwaite df) × crossed standard error."""
+    n_i, n_j = d.shape
+    grand = d.mean()
+    rows, cols = d.mean(axis=1), d.mean(axis=0)
+    ms_a = n_j * ((rows - grand) ** 2).sum() / (n_i - 1)
+    ms_b = n_i * ((cols - grand) ** 2).sum() / (n_j - 1)
+    resid = d - rows[:, None] - cols[None, :] + grand
+    ms_e = (resid**2).sum() / ((n_i - 1) * (n_j - 1))
+    assert ms_a > ms_e and ms_b > ms_e  # both components positive: no truncation here
+    cells = n_i * n_j
+    var = (ms_a + ms_b - ms_e) / cells
+    df = var**2 / (
+        (ms_a / cells) ** 2 / (n_i - 1)
+        + (ms_b / cells) ** 2 / (n_j - 1)
+        + (ms_e / cells) ** 2 / ((n_i - 1) * (n_j - 1))
+    )
+    half = sps.t.ppf(1 - (1 - confidence) / 2, df) * np.sqrt(var)
+    return grand - half, grand + half
+
+
+def test_the_simultaneous_interval_of_a_crossed_grid_uses_its_se_and_satterthwaite_df():
+    table = _crossed_heads_table()
+    cells = stats.cell_stats(table)
+    shown = stats.holm_all(stats.leader_comparisons(cells, stats.compare_heads(table)))
+    m = int(shown["n_comparisons_all"].iloc[0])
+    assert m == 2 and set(shown["design"]) == {"5 seeds × 4 orders"}
+    wide = table.pivot_table(index=["seed", "order_seed"], columns="head_label", values="value")
+    for _, r in shown.iterrows():
+        d = (wide[r["head_a"]] - wide[r["head_b"]]).unstack().to_numpy()
+        expected = _crossed_interval_by_hand(d, 1 - 0.05 / m)
+        assert (r["sim_low"], r["sim_high"]) == pytest.approx(expected, rel=1e-9)
+        # the unadjusted interval is the crossed one at 95%, and narrower
+        one = _crossed_interval_by_hand(d, 0.95)
+        assert (r["t_low"], r["t_high"]) == pytest.approx(one, rel=1e-9)
+        assert r["sim_low"] < r["t_low"] and r["t_high"] < r["sim_high"]
+        # not the naive paired interval over the 20 runs as if they were independent
+        naive = sps.ttest_rel(
+            wide[r["head_a"]].to_numpy(), wide[r["head_b"]].to_numpy()
+        ).confidence_interval(1 - 0.05 / m)
+        assert (r["sim_low"], r["sim_high"]) != pytest.approx((naive.low, naive.high), rel=1e-3)
+
+
+def test_the_crossed_verdict_shows_the_simultaneous_interval(tmp_path):
+    out = tmp_path / "crossed"
+    out.mkdir()
+    _crossed_heads_table().to_csv(out / "results.csv", index=False)
+    frame = headline_frame(build_context(load_inputs(out)))
+    r = frame.iloc[0]
+    sentence = headline_sentence(r, multi_encoder=False)
+    shown = f"{100 * r['sim_low']:.1f} to {100 * r['sim_high']:.1f}"
+    assert f"simultaneous 95% interval over all 2 headline comparisons (Bonferroni): {shown}" in (
+        sentence
+    )
+    assert f"{100 * r['ci_low']:.1f} to {100 * r['ci_high']:.1f}" not in sentence
+
+
+@pytest.mark.skipif(not (VARIANCE / "results.csv").exists(), reason="no committed study")
+def test_a_holm_significant_margin_whose_bonferroni_interval_reaches_zero_says_so():
+    frame = headline_frame(build_context(load_inputs(VARIANCE)))
+    mrpc = frame[frame["task"] == "mrpc"].iloc[0]
+    # Holm's step-down test rejects (p = 0.046) where the simultaneous interval over the 8
+    # comparisons still reaches 0: possible in that direction only
+    assert mrpc["significant"] and mrpc["p_holm"] < 0.05
+    assert mrpc["sim_low"] < 0 < mrpc["sim_high"] and mrpc["p"] > 0.05 / mrpc["n_comparisons"]
+    sentence = headline_sentence(mrpc, multi_encoder=False)
+    assert "Holm's step-down test is significant where the Bonferroni interval still reaches 0" in (
+        sentence
+    )
+    sst2 = frame[frame["task"] == "sst2"].iloc[0]
+    assert "step-down" not in headline_sentence(sst2, multi_encoder=False)

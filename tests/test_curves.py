@@ -34,6 +34,7 @@ from bench.report.findings import curves_sentence
 from bench.report.headline import headline_frame
 from bench.report.inputs import load_inputs
 from bench.report.readme import experiment_readme
+from bench.results import stats
 from bench.results.collect import tidy
 from bench.results.curves import curve_leaders, curve_points, sized_settings
 from bench.results.references import load_references
@@ -289,7 +290,8 @@ def test_a_leader_that_does_not_beat_the_constant_is_marked_at_its_size():
     sentence = curves_sentence(curve_leaders(table))
     assert sentence is not None
     assert (
-        "then `mean_linear` at 6,400 examples (no leader's mean beats the best constant "
+        "then `mean_linear` at 6,400 examples (significantly ahead of its runner-up only at "
+        "1,600 examples, tied at the other sizes; no leader's mean beats the best constant "
         "prediction at 100 examples)" in sentence
     )
 
@@ -602,3 +604,37 @@ def test_the_gpu_curve_preset_plans_and_passes_preflight(tmp_path):
         CONF, ["experiment=curves_sst2_rte_gpu", f"runs_dir={tmp_path}"], False, check_cell
     )
     assert len(cells) == 1400 and not [c for c in cells if c.problem]
+
+
+def test_the_curve_intervals_beside_holm_are_simultaneous_over_the_curve_family():
+    from bench.report.training_size import curve_leaders_simultaneous
+
+    table = stats.normalize_table(_curve_table())
+    cells, comparisons = stats.cell_stats(table), stats.compare_heads(table)
+    leaders = curve_leaders_simultaneous(cells, comparisons)
+    curve = leaders[leaders["freeze_label"] == "frozen"].set_index("train_size")
+    m = int(curve["n_comparisons"].iloc[0])
+    means = {key: np.mean(v) for key, v in CURVE.items()}
+    heads = ["linear", "bilstm", "mean_linear"]
+    for size, r in curve.iterrows():
+        order = sorted(heads, key=lambda h: (-round(means[(h, size)], 12), h))
+        test = sps.ttest_rel(CURVE[(order[0], size)], CURVE[(order[1], size)])
+        sim = test.confidence_interval(1 - 0.05 / m)
+        assert (r["margin_sim_low"], r["margin_sim_high"]) == pytest.approx((sim.low, sim.high))
+    at_6400 = curve.loc[6400]
+    change = sps.ttest_rel(CURVE[("mean_linear", 6400)], CURVE[("bilstm", 6400)])
+    sim = change.confidence_interval(1 - 0.05 / m)
+    assert (at_6400["change_sim_low"], at_6400["change_sim_high"]) == pytest.approx(
+        (sim.low, sim.high)
+    )
+    sentence = curves_sentence(leaders)
+    assert sentence is not None
+    assert (
+        f"`mean_linear` overtakes `bilstm` by 0.4 points (simultaneous 95% interval "
+        f"{100 * sim.low:.1f} to {100 * sim.high:.1f}, p = "
+    ) in sentence
+    one = change.confidence_interval(0.95)
+    assert f"{100 * one.low:.1f} to {100 * one.high:.1f}" not in sentence
+    # without the simultaneous columns the sentence gives Holm's p alone, no interval
+    bare = curves_sentence(curve_leaders(table))
+    assert bare is not None and "overtakes `bilstm` by 0.4 points (p = " in bare

@@ -3,9 +3,12 @@ results, are current, and say what an independent computation says."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 from scipy.stats import ttest_rel
 
 from bench.report import findings, readme
@@ -226,10 +229,11 @@ def test_a_setting_where_only_some_heads_ran_says_so_where_its_best_head_is_name
         named = f"{TITLE[task]} `{winner}` {100 * mean:.1f}"
         if (task, freeze) in partial.index:
             n = int(partial[(task, freeze)])
-            assert f"{freeze}: {named} (only {n} of {every} heads ran)" in best
+            note = best.split(f"{freeze}: {named} (", 1)[1].split(")", 1)[0]
+            assert note.endswith(f"only {n} of {every} heads ran")
         elif named in best:
-            assert f"{named} (only" not in best
-    assert best.count("(only ") == len(partial)
+            assert "heads ran" not in best.split(named, 1)[1].split(")", 1)[0]
+    assert best.count(" heads ran") == len(partial)
     assert (
         f"{len(partial)} of the {len(winners)} settings compares fewer than the {every} heads "
         f'(marked "only ... of {every} heads"): its winner is the best of the heads that ran '
@@ -252,6 +256,23 @@ def test_the_findings_name_the_settings_whose_heads_trained_on_different_devices
 @pytest.mark.skipif(
     not (RESULTS / "curves_sst2_rte" / "predictions.parquet").is_file(), reason="not run"
 )
+def _learned(table: pd.DataFrame) -> set:
+    """(task, freeze, size, head) whose mean dev main score beats the best constant."""
+    main = table[(table.split == "dev") & (table.metric == table.main_metric)]
+    main = main[main.status == "ok"].assign(train_size=main["train_size"].fillna(0))
+    keys = ["task", "freeze_label", "train_size", "head_label"]
+    grouped = main.groupby(keys).agg(mean=("value", "mean"), constant=("best_constant", "first"))
+    return {k for k, r in grouped.iterrows() if r["mean"] > r["constant"] + 1e-6}
+
+
+def _freeze_part(text: str, freeze: str) -> str:
+    """The part of a per-freezing-strategy list that belongs to ``freeze``."""
+    part = text.split(f"{freeze}: ", 1)[1]
+    for other in ("frozen", "full"):
+        part = part.split(f"; {other}: ", 1)[0]
+    return part
+
+
 def test_the_calibration_sentence_names_every_size_of_a_learning_curve():
     from bench.results.calibration import calibration_tables
     from bench.results.predictions import read_predictions
@@ -262,13 +283,26 @@ def test_the_calibration_sentence_names_every_size_of_a_learning_curve():
     means = runs.groupby(["task", "freeze_label", "train_size", "head_label"])["ece"].mean()
     sentence = findings.calibration_finding(source)
     assert sentence is not None
-    lowest = sentence.split("lowest per setting — ", 1)[1].split("; temperature", 1)[0]
+    lowest = sentence.split("lowest per setting", 1)[1].split(" — ", 1)[1]
+    lowest = lowest.split("; tied:", 1)[0]
     settings = means.groupby(level=[0, 1, 2])
-    assert len(settings) == 14 == lowest.count(" examples) `")
+    # only heads whose mean main score (accuracy here) beats the best constant count
+    learned = _learned(pd.read_csv(source / "results.csv"))
+    named_settings = [
+        k for k, g in settings if any((*k, h) in learned for h in g.index.get_level_values(3))
+    ]
+    assert len(settings) == 14 and len(named_settings) == 9 == lowest.count(" examples) `")
     for (task, freeze, size), group in settings:
-        head = group.idxmin()[3]
-        named = f"{TITLE[task]} ({int(size):,} examples) `{head}` {100 * group.min():.1f}"
-        assert named in lowest.split(f"{freeze}: ", 1)[1], named
+        eligible = group[
+            [(task, freeze, size, h) in learned for h in group.index.get_level_values(3)]
+        ]
+        part = _freeze_part(lowest, freeze)
+        if eligible.empty:
+            assert f"{TITLE[task]} ({int(size):,} examples)" in part.split("none in ", 1)[1]
+            continue
+        head = eligible.idxmin()[3]
+        named = f"{TITLE[task]} ({int(size):,} examples) `{head}` {100 * eligible.min():.1f}"
+        assert named in part, named
     # one size per setting: no size is named
     gpu = findings.calibration_finding(GPU)
     assert gpu is not None and "examples)" not in gpu
@@ -288,3 +322,145 @@ def test_the_glance_names_the_settings_where_not_every_head_ran():
     for (task, freeze), n in partial.items():
         title = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B"}
         assert f"{title[task]} {freeze} ({n} of {every})" in glance
+
+
+FAIR = RESULTS / "fair_heads"
+
+
+@pytest.fixture(scope="module")
+def fair_finding() -> str:
+    return findings.experiment_finding(FAIR)
+
+
+def _leader_tests(table: pd.DataFrame) -> dict:
+    """Per (task, freeze): winner, and per other head (raw p, Holm p over all, a, b)."""
+    main = table[(table.split == "dev") & (table.metric == table.main_metric)]
+    main = main[main.status == "ok"]
+    found, pvalues, keys = {}, [], []
+    for (task, freeze), rows in main.groupby(["task", "freeze_label"]):
+        wide = rows.pivot_table(index="seed", columns="head_label", values="value")
+        ranked = sorted(wide.columns, key=lambda h: (-round(wide[h].mean(), 12), h))
+        found[(task, freeze)] = {"winner": ranked[0], "others": {}}
+        for other in ranked[1:]:
+            pair = wide[[ranked[0], other]].dropna()
+            test = ttest_rel(pair[ranked[0]], pair[other])
+            found[(task, freeze)]["others"][other] = [test, pair[ranked[0]] - pair[other]]
+            pvalues.append(test.pvalue)
+            keys.append(((task, freeze), other))
+    for (setting, other), p in zip(keys, _holm(np.asarray(pvalues)), strict=True):
+        found[setting]["others"][other].append(p)
+    return {"settings": found, "m": len(pvalues)}
+
+
+@pytest.mark.skipif(not (FAIR / "results.csv").is_file(), reason="not run")
+def test_the_findings_name_the_heads_each_best_head_ties_with(fair_finding):
+    table = pd.read_csv(FAIR / "results.csv")
+    computed = _leader_tests(table)
+    best = fair_finding.split("Best head by mean — ", 1)[1].split(". The winner", 1)[0]
+    constant = _best_constants(table)
+    for (task, freeze), found in computed["settings"].items():
+        winner = found["winner"]
+        mean = table[
+            (table.task == task)
+            & (table.freeze_label == freeze)
+            & (table.head_label == winner)
+            & (table.split == "dev")
+            & (table.metric == table.main_metric)
+        ]["value"].mean()
+        if mean <= constant[(task, freeze)]:
+            continue  # no winner: nothing is named best
+        tied = [
+            other
+            for other, (_, d, p_holm) in found["others"].items()
+            if not (p_holm < 0.05 and d.mean() > 0)
+        ]
+        part = best.split(f"{freeze}: ", 1)[1]
+        text = part.split(f"{TITLE[task]} `{winner}` {100 * mean:.1f}", 1)[1]
+        note = text.split(")", 1)[0] if text.startswith(" (") else ""
+        if tied:
+            assert "tied with" in note, (task, freeze)
+            named = note.split("tied with ", 1)[1].split(";", 1)[0]
+            assert sorted(h.strip(" `") for h in named.split(",")) == sorted(tied)
+        else:
+            assert "tied with" not in note, (task, freeze)
+    # MRPC frozen: the best mean is not significantly ahead of any head: a tie with all four
+    assert "MRPC `last4_concat` 82.0 (tied with `bilstm`, `linear`, `mean_linear`, " in best
+
+
+@pytest.mark.skipif(not (FAIR / "results.csv").is_file(), reason="not run")
+def test_the_margin_beside_holms_p_is_the_simultaneous_interval_in_readme_and_findings(
+    fair_finding,
+):
+    table = pd.read_csv(FAIR / "results.csv")
+    computed = _leader_tests(table)
+    m = computed["m"]
+    assert m == 28
+    mrpc = computed["settings"][("mrpc", "frozen")]
+    test, _, p_holm = mrpc["others"]["linear"]
+    one = test.confidence_interval(0.95)
+    sim = test.confidence_interval(1 - 0.05 / m)
+    # the audit's case: the per-comparison interval excludes 0, Holm's p does not reject
+    assert one.low > 0 and p_holm >= 0.05 and sim.low < 0
+    text = readme.experiment_readme(FAIR)
+    line = next(x for x in text.splitlines() if x.startswith("- MRPC, frozen:"))
+    assert (
+        "simultaneous 95% interval over all 28 headline comparisons (Bonferroni): "
+        f"{100 * sim.low:.1f} to {100 * sim.high:.1f}"
+    ) in line
+    assert f"{100 * one.low:.1f} to {100 * one.high:.1f}" not in line
+    assert f"p = {p_holm:.2g}, not significant" in line
+    row = next(x for x in text.splitlines() if x.startswith("| MRPC | frozen |"))
+    assert f"| {100 * sim.low:.1f} to {100 * sim.high:.1f} |" in row
+    assert "Margin, simultaneous 95% interval (Bonferroni over m = 28)" in text
+    # the Findings' largest significant margin: STS-B frozen, with its simultaneous interval
+    stsb = computed["settings"][("stsb", "frozen")]["others"]["bilstm"][0]
+    big = stsb.confidence_interval(1 - 0.05 / m)
+    assert (
+        "simultaneous 95% interval over all 28 headline comparisons (Bonferroni): "
+        f"{100 * big.low:.1f} to {100 * big.high:.1f}"
+    ) in fair_finding
+
+
+CURVES = RESULTS / "curves_sst2_rte"
+
+
+@pytest.mark.skipif(not (CURVES / "predictions.parquet").is_file(), reason="not run")
+def test_the_best_calibrated_head_is_named_with_its_accuracy_and_never_at_chance():
+    from bench.results.calibration import calibration_tables
+    from bench.results.predictions import read_predictions
+
+    runs = calibration_tables(read_predictions(CURVES))[0]
+    runs = runs[(runs["split"] == "dev")]
+    table = pd.read_csv(CURVES / "results.csv")
+    learned = _learned(table)
+    sentence = findings.calibration_finding(CURVES)
+    assert sentence is not None
+    full = sentence.split("full: ", 1)[1]
+    # full SST-2, 100 examples: the lowest ECE of all is linear's, near chance; its accuracy
+    # is stated, and its standing against the best constant prediction (50.9)
+    at100 = runs[(runs.freeze_label == "full") & (runs.train_size == 100)]
+    by_head = at100.groupby("head_label")[["ece", "accuracy"]].mean()
+    assert by_head["ece"].idxmin() == "linear"
+    acc = 100 * by_head.loc["linear", "accuracy"]
+    dev = table[(table.split == "dev") & (table.metric == "accuracy") & (table.status == "ok")]
+    base = 100 * dev[dev.task == "sst2"]["best_constant"].iloc[0]
+    lin = dev[(dev.freeze_label == "full") & (dev.train_size == 100) & (dev.head_label == "linear")]
+    low = sps.t.interval(0.95, len(lin) - 1, loc=lin.value.mean(), scale=sps.sem(lin.value))[0]
+    assert acc < base + 2 and 100 * low < base < acc  # above the constant, not shown to be
+    assert (
+        f"SST-2 (100 examples) `linear` {100 * by_head.loc['linear', 'ece']:.1f} at {acc:.1f} "
+        f"acc (the 95% t-interval of its acc reaches the best constant prediction, {base:.1f}: "
+        "calibration there says little"
+    ) in full
+    # no head at or below the best constant prediction is ever named best-calibrated
+    lowest = sentence.split("lowest per setting", 1)[1].split("; tied:", 1)[0]
+    for (task, freeze, size, head), _ in runs.groupby(
+        ["task", "freeze_label", "train_size", "head_label"]
+    ):
+        if (task, freeze, size, head) not in learned:
+            named = f"{TITLE[task]} ({int(size):,} examples) `{head}` "
+            assert named not in _freeze_part(lowest, freeze), named
+    assert "none in RTE (100 examples)" in lowest  # frozen RTE: no head learned
+    # every named head comes with its accuracy
+    named = re.findall(r"`[\w-]+` \d+\.\d", lowest)
+    assert len(named) == 9 == len(re.findall(r"`[\w-]+` \d+\.\d at \d+\.\d acc", lowest))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +17,7 @@ from bench.report.sections import layer_section
 from bench.results import stats
 from bench.results.layer_profile import last_layer_drop, paper_last_drop, profile_rows
 from bench.results.references import load_references
+from conftest import ROOT
 
 #: Made-up per-seed dev F1 of a linear probe on layers 0..3: layer 2 peaks, 3 falls.
 F1 = {
@@ -116,3 +119,75 @@ def test_the_report_layer_section_shows_the_profile_and_the_geometry():
     inputs.geometry = _geometry([0.1, 0.12, 0.15, 0.3])
     body = layer_section(build_context(inputs)).body
     assert "Both point the same way" in body and "0.300" in body and "Sentence share" in body
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    """Holm (1979), written out independently of bench."""
+    order = np.argsort(p)
+    out, running = np.empty_like(p), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+#: Layer 1 close behind layer 2 (not significant after Holm), the others far below.
+CLOSE = {**F1, 1: [0.655, 0.652, 0.668, 0.662]}
+
+
+def test_a_best_layer_not_significantly_ahead_of_another_is_named_as_a_tie():
+    refs = load_references()
+    text = profile_sentence(_table(CLOSE), refs, None)
+    assert text is not None
+    # independently: layer 2 against each other layer, paired t-test, Holm over the three
+    peak = np.array(CLOSE[2])
+    tests = {k: sps.ttest_rel(peak, v) for k, v in CLOSE.items() if k != 2}
+    holm = dict(zip(tests, _holm(np.array([t.pvalue for t in tests.values()])), strict=True))
+    assert holm[1] >= 0.05 and holm[0] < 0.05 and holm[3] < 0.05
+    assert "reads best at layers 2 and 1, a tie" in text
+    gap = 100 * (peak - np.array(CLOSE[1])).mean()
+    assert f"layer 1 reading {gap:.1f} points below layer 2" in text
+    assert f"p = {holm[1]:.2g}" in text
+    sim = tests[1].confidence_interval(1 - 0.05 / 3)
+    assert f"Bonferroni: {100 * sim.low:.1f} to {100 * sim.high:.1f}" in text
+    assert "every other layer reads significantly below layer 2" in text
+    # where every other layer is significantly below, one layer is named
+    clear = profile_sentence(_table(F1), refs, None)
+    assert clear is not None and "reads best at layer 2 (66.0 dev F1; every other" in clear
+    assert "a tie" not in clear
+
+
+def test_with_one_seed_the_best_layer_is_not_told_apart_from_the_others():
+    one = {layer: values[:1] for layer, values in F1.items()}
+    text = profile_sentence(_table(one), load_references(), None)
+    assert text is not None and "a tie" not in text
+    assert "reads best at layer 2 (66.0 dev F1); with too few paired seeds for a test" in text
+    assert "within what one run can tell apart" in text
+    assert "layer 1 (60.0)" in text
+
+
+PROBE = ROOT / "results" / "fair_table7_probe"
+
+
+@pytest.mark.skipif(not (PROBE / "results.csv").is_file(), reason="probe not run")
+def test_the_committed_probe_reads_best_at_a_tie_of_layers_3_and_4():
+    table = pd.read_csv(PROBE / "results.csv")
+    dev = table[(table.split == "dev") & (table.metric == "f1") & (table.status == "ok")]
+    wide = dev.pivot_table(index="seed", columns="layers", values="value")
+    means = wide.mean().sort_values(ascending=False)
+    peak, second = int(means.index[0]), int(means.index[1])
+    assert (peak, second) == (3, 4)
+    others = [k for k in wide.columns if int(k) != peak]
+    p = np.array([sps.ttest_rel(wide[peak], wide[k]).pvalue for k in others])
+    holm = dict(zip((int(k) for k in others), _holm(p), strict=True))
+    tied = sorted(k for k, v in holm.items() if v >= 0.05)
+    assert tied == [4]  # 0.1 points apart, p = 0.7: a tie, not a best layer
+    geometry = json.loads((PROBE / "geometry.json").read_text())
+    text = profile_sentence(stats.normalize_table(table), load_references(), geometry)
+    assert text is not None
+    gap = 100 * (wide[3] - wide[4]).mean()
+    assert (
+        f"reads best at layers 3 and 4, a tie: {100 * means[3]:.1f} and {100 * means[4]:.1f} "
+        f"dev F1, layer 4 reading {gap:.1f} points below layer 3"
+    ) in text
+    assert f"p = {holm[4]:.2g}" in text and "reads best at layer 3 (" not in text

@@ -208,8 +208,11 @@ def test_headline_numbers_match_an_independent_computation(report):
     assert frozen["Winner"] == "bilstm" and frozen["Runner-up"] == "linear"
     assert frozen["Winner mean"] == f"{100 * np.mean(bilstm):.1f}"
     assert frozen["Margin"] == f"{100 * diffs.mean():.1f}"
-    low, high = test.confidence_interval(0.95)
-    assert frozen["Margin 95% t-interval"] == f"{100 * low:.1f} to {100 * high:.1f}"
+    # beside Holm's p: the simultaneous interval over the same 3 comparisons (Bonferroni)
+    sim = test.confidence_interval(1 - 0.05 / 3)
+    column = "Margin, simultaneous 95% interval (Bonferroni over m = 3)"
+    assert frozen[column] == f"{100 * sim.low:.1f} to {100 * sim.high:.1f}"
+    assert "Margin 95% t-interval" not in header  # the unadjusted one is not the verdict's
     assert frozen["p"] == f"{test.pvalue:.2g}"
     assert frozen["p (Holm)"] == f"{holm[0]:.2g}"
     assert frozen["Significant"] == ("yes" if holm[0] < 0.05 else "no")
@@ -222,11 +225,28 @@ def test_headline_numbers_match_an_independent_computation(report):
     assert conll["p"] == "–"  # constant differences: no test
     header, rows = _table_with(section, "Other head", "p (Holm, all)")
     assert len(rows) == 5  # 2 + 2 + 1 comparisons, 3 of them with a p-value
+    every = [dict(zip(header, r, strict=True)) for r in rows]
+    first = next(r for r in every if r["Winner"] == "bilstm" and r["Other head"] == "linear")
+    low, high = test.confidence_interval(0.95)
+    unadjusted = "95% t-interval (this comparison alone, unadjusted)"
+    assert first[unadjusted] == f"{100 * low:.1f} to {100 * high:.1f}"
+    simultaneous = "Simultaneous 95% interval (Bonferroni over m = 3)"
+    assert first[simultaneous] == f"{100 * sim.low:.1f} to {100 * sim.high:.1f}"
     sentences = [li.get_text() for li in section.find_all("li")]
     assert any(
         s.startswith("SST-2, frozen: bilstm scores 83.0 acc") and "beats linear by 11.0 points" in s
         for s in sentences
     )
+    verdict = next(s for s in sentences if s.startswith("SST-2, frozen: bilstm scores"))
+    assert (
+        "simultaneous 95% interval over all 3 headline comparisons (Bonferroni): "
+        f"{100 * sim.low:.1f} to {100 * sim.high:.1f}"
+    ) in verdict
+    assert f"{100 * low:.1f} to {100 * high:.1f}" not in verdict
+    forest = next(f for f in section.select("figure") if "Forest" in f.img["alt"])
+    assert "simultaneous 95% interval over all 3 headline comparisons" in forest.get_text()
+    svg = base64.b64decode(forest.img["src"].split(",", 1)[1]).decode()
+    assert "Bonferroni" in svg  # the figure's own title says which interval it draws
     # No search and selection on dev in these results: the budget box says both.
     warnings = " ".join(p.get_text() for p in section.select("p.warning"))
     assert "Selected on dev" in warnings

@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats as sps
 
 from bench.results import stats
@@ -602,3 +604,120 @@ def test_evp_from_trials_against_enumeration():
     assert rte["p_all_failed"].tolist() == [1.0, 1.0]
     with pytest.raises(ValueError, match="selection_score"):
         stats.evp_from_trials(pd.DataFrame(rows).drop(columns=["selection_score"]))
+
+
+# --------------------------------------------------------------------------- simultaneous
+
+
+def _family_table(rng: np.random.Generator) -> tuple[pd.DataFrame, dict]:
+    """Three settings of four heads, ten paired seeds each; some gaps are real, some not."""
+    rows, values = [], {}
+    for task, gaps in (("sst2", (0.0, 0.038, 0.03)), ("rte", (0.0, 0.01, 0.037))):
+        for freeze in ("frozen", "full"):
+            base = rng.normal(0.7, 0.01, size=10)
+            for head, gap in zip(("a", "b", "c", "d"), (0.05, *gaps), strict=True):
+                scores = base + gap + rng.normal(0, 0.01, size=10)
+                values[(task, freeze, head)] = scores
+                for seed, value in enumerate(scores, start=1):
+                    rows.append(_row(task, head, freeze, seed, value, "accuracy", 0.5))
+    return pd.DataFrame(rows), values
+
+
+def test_the_simultaneous_interval_is_scipys_t_interval_at_one_minus_alpha_over_m():
+    table, values = _family_table(np.random.default_rng(13))
+    cells = stats.cell_stats(table)
+    shown = stats.holm_all(stats.leader_comparisons(cells, stats.compare_heads(table)))
+    m = int(shown["p"].notna().sum())
+    assert m == 12 and set(shown["n_comparisons_all"]) == {m}
+    assert shown["sim_confidence"].iloc[0] == pytest.approx(1 - 0.05 / m)
+    for _, r in shown.iterrows():
+        a = values[(r["task"], r["freeze_label"], r["head_a"])]
+        b = values[(r["task"], r["freeze_label"], r["head_b"])]
+        test = sps.ttest_rel(a, b)
+        sim = test.confidence_interval(confidence_level=1 - 0.05 / m)
+        assert (r["sim_low"], r["sim_high"]) == pytest.approx((sim.low, sim.high), rel=1e-9)
+        # the per-comparison interval stays what it was: the unadjusted 95% one
+        one = test.confidence_interval(confidence_level=0.95)
+        assert (r["t_low"], r["t_high"]) == pytest.approx((one.low, one.high), rel=1e-9)
+        assert r["sim_low"] < r["t_low"] and r["t_high"] < r["sim_high"]
+    # the frame is oriented leader − other; the intervals flip with it
+    assert (shown["head_a"] == "a").all() and (shown["diff"] > 0).all()
+
+
+def test_a_t_interval_can_exclude_zero_where_holm_is_not_significant_the_simultaneous_cannot():
+    table, _ = _family_table(np.random.default_rng(13))
+    cells = stats.cell_stats(table)
+    shown = stats.holm_all(stats.leader_comparisons(cells, stats.compare_heads(table)))
+    unadjusted = (shown["t_low"] > 0) & (shown["p_holm_all"] >= 0.05)
+    assert unadjusted.any()  # the audit's inconsistency exists in this family
+    assert not ((shown["sim_low"] > 0) & (shown["p_holm_all"] >= 0.05)).any()
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    m=st.integers(1, 30),
+    n=st.integers(2, 12),
+    effect=st.floats(0.0, 3.0),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_simultaneous_interval_that_excludes_zero_is_always_holm_significant(seed, m, n, effect):
+    """Property: for any family, sim interval excludes 0 => raw p < α/m => Holm p < α."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(m):
+        d = rng.normal(effect * rng.random() * rng.choice([-1, 1]), 1.0, size=n)
+        test = sps.ttest_1samp(d, 0.0)
+        rows.append(
+            {
+                "diff": d.mean(),
+                "se": d.std(ddof=1) / np.sqrt(n),
+                "df": n - 1,
+                "p": test.pvalue,
+            }
+        )
+    out = stats.holm_all(pd.DataFrame(rows))
+    excludes = (out["sim_low"] > 0) | (out["sim_high"] < 0)
+    assert (out["p_holm_all"][excludes] < 0.05).all()
+    # and it is exactly Bonferroni's test of the same t statistic
+    bonferroni = out["p"] < 0.05 / m
+    assert (excludes == bonferroni).all()
+
+
+def test_simultaneous_intervals_are_exercised_on_both_sides_of_zero():
+    """The property test above is not vacuous: large effects exclude 0, small ones do not."""
+    rng = np.random.default_rng(5)
+    d_big = [rng.normal(2.0, 1.0, size=10) for _ in range(5)]
+    d_none = [rng.normal(0.0, 1.0, size=10) for _ in range(5)]
+    frame = pd.DataFrame(
+        {
+            "diff": [d.mean() for d in d_big + d_none],
+            "se": [d.std(ddof=1) / np.sqrt(d.size) for d in d_big + d_none],
+            "df": 9,
+            "p": [sps.ttest_1samp(d, 0.0).pvalue for d in d_big + d_none],
+        }
+    )
+    out = stats.holm_all(frame)
+    assert (out["sim_low"].iloc[:5] > 0).all() and (out["sim_low"].iloc[5:] < 0).all()
+    direct = [
+        d.mean() + np.array([-1, 1]) * sps.t.ppf(1 - 0.05 / 20, 9) * d.std(ddof=1) / np.sqrt(10)
+        for d in d_big + d_none
+    ]
+    np.testing.assert_allclose(out[["sim_low", "sim_high"]].to_numpy(), np.array(direct))
+
+
+def test_comparisons_without_a_test_have_no_simultaneous_interval():
+    rows = [
+        _row("rte", h, "full", s, v, "accuracy", 0.5)
+        for h, vals in (("a", [0.6, 0.7, 0.8]), ("b", [0.5, 0.6, 0.75]), ("d", [0.5, 0.6, 0.7]))
+        for s, v in zip((1, 2, 3), vals, strict=True)
+    ]
+    out = stats.compare_heads(pd.DataFrame(rows))
+    ad = _one(out, head_a="a", head_b="d")  # constant difference: no t
+    assert np.isnan(ad["se"]) and np.isnan(ad["df"])
+    shown = stats.holm_all(out)
+    assert shown["n_comparisons_all"].iloc[0] == 2
+    assert np.isnan(_one(shown, head_a="a", head_b="d")["sim_low"])
+    ab = _one(shown, head_a="a", head_b="b")
+    a, b = [0.6, 0.7, 0.8], [0.5, 0.6, 0.75]
+    ci = sps.ttest_rel(a, b).confidence_interval(confidence_level=1 - 0.05 / 2)
+    assert (ab["sim_low"], ab["sim_high"]) == pytest.approx((ci.low, ci.high))

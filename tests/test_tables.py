@@ -6,8 +6,10 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 from bench.results import render, stats, tables
 from bench.results.references import load_references, lookup
@@ -190,6 +192,20 @@ def test_heads_table_content():
     assert any("Holm-adjusted" in n and "3 head comparisons" in n for n in sst2.notes)
     stsb = next(t for t in doc.tables if t.title == "stsb — minilm")
     assert stsb.notes[0] == tables.NO_BASELINE
+
+
+def test_the_heads_note_shows_the_simultaneous_interval_of_its_holm_family():
+    """bilstm − linear, frozen SST-2, 3 paired seeds, Holm over 3: the interval is scipy's
+    paired t-interval at confidence 1 − 0.05/3, so it excludes 0 only where Holm can reject.
+    """
+    doc = tables.build(small_results(), "heads")
+    sst2 = next(t for t in doc.tables if t.title == "sst2 — minilm")
+    note = next(n for n in sst2.notes if n.startswith("frozen: bilstm − linear"))
+    bilstm, linear = np.array([0.76, 0.77, 0.75]), np.array([0.70, 0.72, 0.71])
+    ci = scipy.stats.ttest_rel(bilstm, linear).confidence_interval(confidence_level=1 - 0.05 / 3)
+    expected = f"Bonferroni: +{100 * ci.low:.1f} to +{100 * ci.high:.1f})"
+    assert "simultaneous 95% t-interval over the 3 head comparisons" in note
+    assert expected in note
 
 
 def test_glue_reference_and_delta_use_the_reference_metric():

@@ -104,12 +104,17 @@ def _frame_legend(fig: Figure, palette: Palette, frame: pd.DataFrame) -> None:
 
 
 def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Winner's margin over the runner-up with its 95% interval, one row per setting.
+    """Winner's margin over the runner-up with its simultaneous interval, one row per setting.
+
+    The bars are the intervals shown beside Holm's p in the verdicts: simultaneous 95%
+    intervals over the ``n_comparisons`` headline comparisons (Bonferroni, ``sim_low``/
+    ``sim_high``), so a bar that clears 0 is always a filled (Holm-significant) dot.
 
     Args:
         headlines: Columns task, encoder, freeze_label, winner, runner_up, margin,
-            ci_low, ci_high, significant, metric, n_pairs (and ``vs_constant``: a row whose
-            best mean does not beat the best constant is labelled as having no winner).
+            sim_low, sim_high, n_comparisons, significant, metric, n_pairs (and
+            ``vs_constant``: a row whose best mean does not beat the best constant is
+            labelled as having no winner).
         palette: Report palette.
         multi_encoder: Whether to name the encoder in row labels.
 
@@ -124,8 +129,8 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     y = np.arange(len(rows))[::-1]
     for yi, (_, r) in zip(y, rows.iterrows(), strict=True):
         colour = palette.colour(r["winner"])
-        if np.isfinite(r["ci_low"]):
-            ax.plot([100 * r["ci_low"], 100 * r["ci_high"]], [yi, yi], color=colour, lw=2)
+        if np.isfinite(r["sim_low"]) and np.isfinite(r["sim_high"]):
+            ax.plot([100 * r["sim_low"], 100 * r["sim_high"]], [yi, yi], color=colour, lw=2)
         ax.plot(
             100 * r["margin"],
             yi,
@@ -144,9 +149,16 @@ def margin_forest(headlines: pd.DataFrame, palette: Palette, multi_encoder: bool
     ax.set_yticks(y, labels)
     ax.axvline(0, color="#444", lw=0.8)
     ax.set_xlabel("margin over the runner-up (main metric, points ×100)")
+    counts = pd.to_numeric(rows["n_comparisons"], errors="coerce")
+    m = int(counts.max()) if counts.notna().any() else 0
+    bars = (
+        f"simultaneous 95% intervals over all m = {m} headline comparisons (Bonferroni)"
+        if m > 1
+        else "95% t-interval"
+    )
     fig.suptitle(
-        f"Best head's margin, paired over seeds ({seeds_text(rows['n_pairs'])}), 95% t-interval\n"
-        "filled = significant after Holm's correction over all headline comparisons; hollow = not"
+        f"Best head's margin, paired over seeds ({seeds_text(rows['n_pairs'])}),\n{bars}\n"
+        f"filled = significant after Holm's correction over the same {m}; hollow = not"
     )
     ax.grid(axis="y", visible=False)
     _head_legend(fig, palette, ordered(rows["winner"], palette.heads))

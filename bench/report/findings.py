@@ -14,7 +14,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 
@@ -25,6 +24,9 @@ from bench.report.headline import (
     has_winner,
     headline_comparisons,
     headline_frame,
+    holm_beyond_bonferroni,
+    setting_ties,
+    simultaneous_words,
     test_words,
     tested_phrase,
 )
@@ -33,23 +35,22 @@ from bench.report.layer_profile import profile_sentence
 from bench.report.readme import what_ran
 from bench.report.selfcheck import selfcheck_sentence
 from bench.report.style import task_title
+from bench.report.training_size import curve_leaders_simultaneous
 from bench.report.variance import variance_sentence
 from bench.results import stats
 from bench.results.calibration import (
     N_BINS,
-    calibration_summary,
     calibration_tables,
     has_probabilities,
 )
+from bench.results.collect import read_table
 from bench.results.curves import (
     CURVE_KEYS,
     change_verdict,
     changes_text,
-    leaders_of,
     size_key,
     size_range,
     size_text,
-    whole_number,
 )
 from bench.results.predictions import read_predictions
 from bench.results.stats import SETTING_KEYS
@@ -93,8 +94,11 @@ def experiment_finding(source: Path) -> str:
         per_task = ", ".join(
             f"{task_title(r['task'])}"
             + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
-            + _winner_text(r)
-            + partial_text(int(r["n_heads"]), int(ran[tuple(r[k] for k in SETTING_KEYS)]), every)
+            + _winner_text(
+                r,
+                shown,
+                partial_note(int(r["n_heads"]), int(ran[tuple(r[k] for k in SETTING_KEYS)]), every),
+            )
             for _, r in group.iterrows()
         )
         winners.append(f"{freeze}: {per_task}")
@@ -111,8 +115,10 @@ def experiment_finding(source: Path) -> str:
         text += (
             f"; the largest such margin: {task_title(top['task'])} {top['freeze_shown']}, "
             f"`{top['winner']}` over `{top['runner_up']}` by {points(top['margin'])} "
-            f"{short_metric(top['metric'])} points (95% t-interval {points(top['ci_low'])} to "
-            f"{points(top['ci_high'])}, p = {pvalue(top['p_holm'])})"
+            f"{short_metric(top['metric'])} points "
+            f"({simultaneous_words(int(top['n_comparisons']))}: "
+            f"{points(top['sim_low'])} to {points(top['sim_high'])}; "
+            f"Holm's p = {pvalue(top['p_holm'])}{holm_beyond_bonferroni(top)})"
         )
     text += "."
     if partial:  # only experiments where some heads did not run everywhere
@@ -122,10 +128,12 @@ def experiment_finding(source: Path) -> str:
         text += f" {devices}"
     failed = int(pd.to_numeric(ctx.runs["failed"]).sum())
     text += f" {failed} of {len(ctx.runs)} runs failed against the best constant prediction."
-    calibration = calibration_sentence(ctx.inputs.predictions)
+    calibration = calibration_sentence(ctx.inputs.predictions, table=ctx.inputs.table)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
-    curves = curves_sentence(leaders_of(ctx.cells, ctx.comparisons), ctx.multi_encoder)
+    curves = curves_sentence(
+        curve_leaders_simultaneous(ctx.cells, ctx.comparisons), ctx.multi_encoder
+    )
     if curves is not None:  # only experiments with learning curves
         text += f" {curves}"
     variance = variance_sentence(ctx.inputs.table)
@@ -156,10 +164,16 @@ def partial_text(scored: int, ran: int, every: int) -> str:
         ``""`` when the setting compares every head, else `` (only 2 of 5 heads ran)`` or,
         when some ran without a score, `` (only 2 of 5 heads have a score)``.
     """
+    note = partial_note(scored, ran, every)
+    return f" ({note})" if note else ""
+
+
+def partial_note(scored: int, ran: int, every: int) -> str:
+    """:func:`partial_text` without its brackets (``only 2 of 5 heads ran``, or ``""``)."""
     if scored >= every:
         return ""
     verb = "ran" if ran <= scored else "have a score"
-    return f" (only {scored} of {every} heads {verb})"
+    return f"only {scored} of {every} heads {verb}"
 
 
 def partial_count_text(partial: int, settings: int, every: int) -> str:
@@ -185,20 +199,47 @@ def partial_count_text(partial: int, settings: int, every: int) -> str:
     )
 
 
-def _winner_text(r: pd.Series) -> str:
-    """One setting's winner after its name: `` `bilstm` 83.6 (***)``, or why there is none."""
+def _winner_text(r: pd.Series, shown: pd.DataFrame, partial: str = "") -> str:
+    """One setting's best head after its name, with the heads it is not shown to beat.
+
+    A best mean is a tie, not a finding, where the headline's own test (paired t-test,
+    Holm over every headline comparison) does not put it ahead: the heads it ties with are
+    named (:func:`bench.report.headline.setting_ties`), and those without a test (too few
+    paired seeds) are named as not told apart.
+
+    Args:
+        r: A :func:`bench.report.headline.headline_frame` row.
+        shown: :func:`bench.report.headline.headline_comparisons`.
+        partial: :func:`partial_note` of the setting (``""`` when every head ran).
+
+    Returns:
+        `` `bilstm` 83.6 (*** over `mean_linear`)``, `` `last4_concat` 82.0 (tied with
+        `linear`, `bilstm`)``, or why there is no winner.
+    """
     constant = threshold_name(r["best_constant"], r["baseline"])
     if r["vs_constant"] == stats.NOT_ABOVE:
         return (
             f" no winner (best `{r['winner']}` {points(r['winner_mean'])}, not above "
-            f"{constant} {points(r['threshold'])})"
+            f"{constant} {points(r['threshold'])}" + (f"; {partial}" if partial else "") + ")"
         )
-    reaches = r["vs_constant"] == stats.INTERVAL_REACHES
-    return (
-        f" `{r['winner']}` {points(r['winner_mean'])}"
-        + (f" ({r['tier']})" if r["significant"] else "")
-        + (f" (its interval reaches {constant})" if reaches else "")
-    )
+    notes = []
+    if r["significant"]:
+        notes.append(f"{r['tier']} over `{r['runner_up']}`")
+    tied, untested = setting_ties(shown, r)
+    if tied:
+        notes.append("tied with " + ", ".join(f"`{h}`" for h in tied))
+    if untested:
+        notes.append(
+            "not told apart from "
+            + ", ".join(f"`{h}`" for h in untested)
+            + " (no test: too few paired seeds)"
+        )
+    if r["vs_constant"] == stats.INTERVAL_REACHES:
+        notes.append(f"its interval reaches {constant}")
+    if partial:
+        notes.append(partial)
+    text = f" `{r['winner']}` {points(r['winner_mean'])}"
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _led(head: str, low: int, high: int) -> str:
@@ -209,14 +250,43 @@ def _led(head: str, low: int, high: int) -> str:
 
 
 def _below_constant(curve: pd.DataFrame) -> str:
-    """Where a curve's leader does not beat the best constant prediction, in brackets."""
+    """Where a curve's leader does not beat the best constant prediction (``""``: nowhere)."""
     below = curve[curve["leader_vs_constant"] == stats.NOT_ABOVE]["train_size"].tolist()
     if not below:
         return ""
     if len(below) == len(curve):
-        return " (no leader's mean beats the best constant prediction at any size)"
+        return "no leader's mean beats the best constant prediction at any size"
     sizes = ", ".join(size_text(size) for size in below)
-    return f" (no leader's mean beats the best constant prediction at {sizes})"
+    return f"no leader's mean beats the best constant prediction at {sizes}"
+
+
+def _lead_ties(curve: pd.DataFrame) -> str:
+    """Where a curve's leader is significantly ahead of its runner-up, in brackets.
+
+    A leader by mean that the curve's own test (paired t-test, Holm over the curve's leader
+    comparisons) does not put ahead of its runner-up ties with it there; sizes with a
+    single head are not counted.
+
+    Args:
+        curve: :func:`bench.results.curves.curve_leaders` rows of one curve.
+
+    Returns:
+        ``at no size significantly ahead of its runner-up: a tie at every size``,
+        ``significantly ahead of its runner-up only at 100 examples, tied at the other
+        sizes`` or ``""`` when the leader is significantly ahead at every size with a
+        runner-up.
+    """
+    compared = curve[curve["runner_up"].apply(lambda v: isinstance(v, str))]
+    if compared.empty:
+        return ""
+    ahead = compared[compared["margin_significant"].astype(bool)]
+    if len(ahead) == len(compared):
+        return ""
+    if ahead.empty:
+        return "at no size significantly ahead of its runner-up: a tie at every size"
+    sizes = [size_text(size) for size in ahead["train_size"]]
+    listed = sizes[0] if len(sizes) == 1 else ", ".join(sizes[:-1]) + " and " + sizes[-1]
+    return f"significantly ahead of its runner-up only at {listed}, tied at the other sizes"
 
 
 def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str | None:
@@ -226,7 +296,11 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
     previous one at that size (:func:`bench.results.curves.curve_leaders`).
 
     Args:
-        leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment.
+        leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment, with
+            the simultaneous intervals of
+            :func:`bench.report.training_size.curve_leaders_simultaneous` (without them, a
+            change of lead is stated with its Holm p alone: never with the unadjusted
+            interval).
         multi_encoder: Whether to name the encoder of each curve.
 
     Returns:
@@ -249,13 +323,19 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
             curves.append(f"{name} ({sizes}): `{runs[0][0]}` at every size")
         else:
             curves.append(f"{name}: " + ", then ".join(_led(*run) for run in runs))
-        curves[-1] += _below_constant(curve)
+        notes = [note for note in (_lead_ties(curve), _below_constant(curve)) if note]
+        curves[-1] += f" ({'; '.join(notes)})" if notes else ""
         for _, r in curve[curve["changed"].astype(bool)].iterrows():
             if pd.notna(r["change_p_holm"]):
                 tier = r["change_tier"] if r["change_significant"] else "not significant"
+                shown = (
+                    f"simultaneous 95% interval {points(r['change_sim_low'])} to "
+                    f"{points(r['change_sim_high'])}, "
+                    if pd.notna(r.get("change_sim_low"))
+                    else ""
+                )
                 detail = (
-                    f"by {points(r['change'])} points (95% t-interval "
-                    f"{points(r['change_t_low'])} to {points(r['change_t_high'])}, "
+                    f"by {points(r['change'])} points ({shown}"
                     f"p = {pvalue(r['change_p_holm'])}, {tier})"
                 )
             else:
@@ -270,7 +350,12 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
         + f". The lead {changes_text(leaders)}"
         + (
             " (the new leader ahead of the previous one at that size: paired t-test over "
-            "seeds, Holm over each curve's leader comparisons)"
+            "seeds, Holm over each curve's leader comparisons"
+            + (
+                "; intervals simultaneous over the same comparisons, Bonferroni)"
+                if "change_sim_low" in leaders
+                else ")"
+            )
             if changes
             else ""
         )
@@ -278,14 +363,34 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
     return text + (": " + "; ".join(changes) + "." if changes else ".")
 
 
-def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str | None:
+#: A calibration setting: one task, encoder, freezing strategy and training size.
+CALIBRATION_SETTING = ["task", "encoder", "freeze_label", "train_size"]
+#: The metric of :func:`ece_table` (minus the ECE, so that a higher mean is better).
+NEG_ECE = "neg_ece"
+
+
+def calibration_sentence(
+    predictions: pd.DataFrame, split: str = "dev", table: pd.DataFrame | None = None
+) -> str | None:
     """One sentence on calibration: the best-calibrated head per setting, and scaling's effect.
 
+    A head whose predictions are near chance can be well calibrated trivially (a constant
+    confidence at the base rate has an ECE near 0), so the lowest ECE is looked for only
+    among the heads that learned: those whose mean main score beats the best constant
+    prediction by :func:`bench.results.stats.against_threshold` (the rule that counts
+    failed runs and denies a setting a winner), each named with its accuracy. A head whose
+    score's interval still reaches the constant is named with that caveat, and where no
+    head's score beats it the sentence says that calibration says little there. Heads the
+    lowest one is not shown to beat (the paired t-test of ECE over seeds, Holm over every
+    comparison of the sentence, as the headline tests scores) are named as tied with it.
     Definitions and the temperature fit: :mod:`bench.results.calibration`.
 
     Args:
         predictions: ``predictions.parquet`` rows of one experiment.
         split: The reporting split described.
+        table: The experiment's tidy results table, for each head's main score against
+            the best constant prediction (:func:`score_standing`); without it every head
+            counts and none is checked against a constant.
 
     Returns:
         The sentence, or None when no prediction of ``split`` carries class probabilities
@@ -297,23 +402,45 @@ def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str |
     runs = runs[runs["split"] == split]
     if runs.empty:
         return None
-    summary = calibration_summary(runs)
-    several = summary["encoder"].nunique() > 1
-    every = int(summary["head_label"].nunique())
+    lowest = lowest_ece(runs, score_standing(table, split) if table is not None else None)
+    several = runs["encoder"].nunique() > 1
+    every = int(runs["head_label"].nunique())
     best = []
-    for freeze, group in summary.groupby("freeze_label", sort=False):
-        per_task = ", ".join(
-            f"{task_title(b.task)}{f' {b.encoder}' if several else ''}"
-            + (f" ({size_text(b.train_size)})" if b.sized else "")
-            + f" `{b.head}` {points(b.ece)}"
-            + partial_text(b.n_heads, b.n_heads, every)
-            for b in lowest_ece(group)
-        )
-        best.append(f"{freeze}: {per_task}")
+    m = 0
+    for freeze, group in lowest.groupby("freeze_label", sort=False):
+        items, none = [], []
+        for _, b in group.iterrows():
+            name = f"{task_title(b['task'])}{' ' + str(b['encoder']) if several else ''}" + (
+                f" ({size_text(b['train_size'])})" if b["sized"] else ""
+            )
+            if not isinstance(b["head"], str):
+                none.append(name)
+                continue
+            m = max(m, int(b["n_comparisons"]))
+            items.append(f"{name} `{b['head']}` {points(b['ece'])}{_ece_notes(b, every)}")
+        if none:
+            items.append(
+                f"none in {', '.join(none)} (no head's mean score beats the best constant "
+                "prediction: calibration there says little)"
+            )
+        best.append(f"{freeze}: {', '.join(items)}")
     text = (
         f"Calibration on {split} (ECE ×100 over {N_BINS} equal-width confidence bins, "
-        "mean over seeds): lowest per setting — " + "; ".join(best)
+        "mean over seeds; the head's accuracy ×100 beside it): lowest per setting"
+        + (
+            " among the heads that learned, i.e. whose mean main score beats the best constant "
+            "prediction (a head at chance can be calibrated trivially)"
+            if table is not None
+            else ""
+        )
+        + " — "
+        + "; ".join(best)
     )
+    if m:
+        text += (
+            f"; tied: not shown to differ from the lowest (paired t-test of ECE over seeds, "
+            f"Holm over the {m} comparisons of each setting's lowest head with the others)"
+        )
     scaled = runs.dropna(subset=["temperature"])
     if scaled.empty:
         return text + "; temperature scaling unavailable (no selection slice held out)."
@@ -326,73 +453,188 @@ def calibration_sentence(predictions: pd.DataFrame, split: str = "dev") -> str |
     )
 
 
-class LowestEce(NamedTuple):
-    """The best-calibrated head of one setting (:func:`lowest_ece`).
+def _ece_notes(b: pd.Series, every: int) -> str:
+    """After a lowest-ECE head: its accuracy, and what qualifies it, in words."""
+    text = f" at {points(b['accuracy'])} acc"
+    notes = []
+    if b["standing"] == stats.INTERVAL_REACHES:
+        notes.append(
+            f"the 95% t-interval of its {short_metric(b['score'])} reaches the best constant "
+            f"prediction, {points(b['threshold'])}: calibration there says little"
+        )
+    if b["tied"]:
+        notes.append(f"tied with {b['tied']}")
+    if b["untested"]:
+        notes.append(f"not told apart from {b['untested']} (no test: too few paired seeds)")
+    if b["left_out"]:
+        notes.append(f"lower ECE only at chance, left out: {b['left_out']}")
+    partial = partial_note(int(b["n_heads"]), int(b["n_heads"]), every)
+    if partial:
+        notes.append(partial)
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
-    Attributes:
-        task: The task.
-        encoder: The encoder.
-        train_size: The training size (``stats.WHOLE_SPLIT``: the whole split).
-        sized: Whether the task and encoder ran at several sizes (then the size is named).
-        head: The head with the lowest mean ECE.
-        ece: Its mean ECE over seeds.
-        n_heads: Heads with probabilities in the setting.
-    """
 
-    task: str
-    encoder: str
-    train_size: int
-    sized: bool
-    head: str
-    ece: float
-    n_heads: int
+def score_standing(table: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
+    """Each head's mean main score against its failure threshold (the best constant prediction).
 
-
-def lowest_ece(group: pd.DataFrame) -> list[LowestEce]:
-    """The head with the lowest mean ECE in each setting of one freezing strategy.
-
-    A setting is a task, encoder and training size: a learning curve's minimum over its
-    sizes would pick one size silently, so every size is its own setting, named with its
-    size where its task and encoder ran at several.
+    The rule that counts failed runs and denies a setting a winner
+    (:func:`bench.results.stats.against_threshold` of the task's main metric: accuracy for
+    SST-2 and RTE, F1 for MRPC, MCC for CoLA).
 
     Args:
-        group: :func:`bench.results.calibration.calibration_summary` rows of one freezing
-            strategy and split.
+        table: Tidy results table.
+        split: The reporting split.
 
     Returns:
-        One :class:`LowestEce` per setting, ordered by task, encoder and training size
-        (the whole split last).
+        The :data:`~bench.results.stats.GROUP_KEYS`, ``metric``, ``threshold`` and
+        ``standing`` (:data:`~bench.results.stats.ABOVE_THRESHOLD`,
+        :data:`~bench.results.stats.INTERVAL_REACHES` or
+        :data:`~bench.results.stats.NOT_ABOVE`).
     """
-    frame = group.assign(size=group["train_size"].map(whole_number))
-    frame = frame.sort_values(["ece_mean", "head_label"], kind="stable")
-    several = frame.groupby(["task", "encoder"])["size"].nunique()
-    heads = frame.groupby(["task", "encoder", "size"])["head_label"].nunique()
-    rows = [
-        LowestEce(
-            task=str(r["task"]),
-            encoder=str(r["encoder"]),
-            train_size=int(r["size"]),
-            sized=bool(several[(r["task"], r["encoder"])] > 1),
-            head=str(r["head_label"]),
-            ece=float(r["ece_mean"]),
-            n_heads=int(heads[(r["task"], r["encoder"], r["size"])]),
+    cells = stats.cell_stats(table, split=split)
+    cells["standing"] = [
+        stats.against_threshold(mean, low, threshold)
+        for mean, low, threshold in zip(
+            cells["mean"], cells["t_low"], cells["threshold"], strict=True
         )
-        for _, r in frame.groupby(["task", "encoder", "size"], sort=False).head(1).iterrows()
     ]
-    return sorted(rows, key=lambda row: (row.task, row.encoder, size_key(row.train_size)))
+    return cells[[*stats.GROUP_KEYS, "metric", "threshold", "standing"]]
+
+
+def ece_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Calibration runs as a tidy results table whose metric is minus the ECE.
+
+    With it, :func:`bench.results.stats.compare_heads` tests ECE between heads exactly as
+    the headline tests scores (paired by seed and batch order; crossed grids by the
+    crossed analysis), and the best mean is the lowest ECE.
+
+    Args:
+        runs: :func:`bench.results.calibration.calibration_tables`' runs of one split.
+
+    Returns:
+        One row per run: the run keys, ``status`` ok, ``metric``/``main_metric``
+        :data:`NEG_ECE` and ``value`` = −ECE.
+    """
+    keys = ["task", "encoder", "head", "head_label", "layers", "freeze", "freeze_label"]
+    out = runs[[*keys, "seed", "train_size", "order_seed", "split"]].copy()
+    return out.assign(status="ok", metric=NEG_ECE, main_metric=NEG_ECE, value=-runs["ece"])
+
+
+def lowest_ece(runs: pd.DataFrame, standing: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The best-calibrated head that learned, per setting, and the heads tied with it.
+
+    A setting is a task, encoder, freezing strategy and training size: a learning curve's
+    minimum over its sizes would pick one size silently, so every size is its own setting
+    (``sized``: named with its size where its task and encoder ran at several).
+
+    Args:
+        runs: :func:`bench.results.calibration.calibration_tables`' runs of one split.
+        standing: :func:`score_standing`; heads whose mean main score is at or below the
+            best constant prediction (:data:`~bench.results.stats.NOT_ABOVE`) are left out.
+            None: every head counts.
+
+    Returns:
+        One row per setting, ordered by task, encoder and training size (the whole split
+        last): the setting keys, ``sized``, ``n_heads`` (heads with probabilities),
+        ``head`` (None where no head learned), ``ece``, ``accuracy`` (its mean accuracy),
+        ``score`` (the main metric), ``threshold`` (its best constant prediction),
+        ``standing`` (its main score against that), ``tied`` and ``untested``
+        (backquoted head names, as :func:`bench.report.headline.setting_ties`),
+        ``left_out`` (heads left out with a lower ECE, with their ECE and accuracy),
+        ``n_comparisons`` (the Holm family of the ties: every setting's lowest head against
+        each other head that learned).
+    """
+    table = stats.normalize_table(ece_table(runs))
+    everyone = stats.cell_stats(table)
+    everyone = everyone[everyone["n"] > 0]
+    accuracy = stats.fill_axes(runs, ("train_size",)).groupby(stats.GROUP_KEYS)["accuracy"]
+    everyone = everyone.merge(
+        accuracy.mean().rename("accuracy").reset_index(), on=stats.GROUP_KEYS, how="left"
+    )
+    if standing is not None:
+        everyone = everyone.merge(
+            standing.rename(columns={"metric": "score", "threshold": "score_threshold"}),
+            on=stats.GROUP_KEYS,
+            how="left",
+        )
+    else:
+        everyone = everyone.assign(score="", score_threshold=float("nan"), standing="")
+    learned = everyone[everyone["standing"] != stats.NOT_ABOVE]
+    keep = set(zip(*(learned[k] for k in stats.GROUP_KEYS), strict=True))
+    runs_kept = table[[k in keep for k in zip(*(table[c] for c in stats.GROUP_KEYS), strict=True)]]
+    comparisons = stats.compare_heads(runs_kept) if not runs_kept.empty else pd.DataFrame()
+    shown = (
+        stats.leader_comparisons(learned, comparisons) if not comparisons.empty else pd.DataFrame()
+    )
+    if not shown.empty:
+        shown = stats.holm_all(shown)
+    m = int(shown["n_comparisons_all"].iloc[0]) if not shown.empty else 0
+    several = everyone.groupby(["task", "encoder"])["train_size"].nunique()
+    rows = []
+    for keys, group in everyone.groupby(CALIBRATION_SETTING, sort=False):
+        setting = dict(zip(CALIBRATION_SETTING, keys, strict=True))
+        ranked = stats.ranked_heads(group[group["standing"] != stats.NOT_ABOVE])
+        row = {
+            **setting,
+            "sized": bool(several[(setting["task"], setting["encoder"])] > 1),
+            "n_heads": int(group["head_label"].nunique()),
+            "head": None,
+            "ece": float("nan"),
+            "accuracy": float("nan"),
+            "score": "",
+            "threshold": float("nan"),
+            "standing": "",
+            "tied": "",
+            "untested": "",
+            "left_out": "",
+            "n_comparisons": m,
+        }
+        if not ranked.empty:
+            top = ranked.iloc[0]
+            tied, untested = setting_ties(shown, top)
+            lower = group[
+                (group["standing"] == stats.NOT_ABOVE) & (-group["mean"] < -top["mean"])
+            ].sort_values("mean", ascending=False)
+            row.update(
+                head=str(top["head_label"]),
+                ece=-float(top["mean"]),
+                accuracy=float(top["accuracy"]),
+                score=str(top["score"]),
+                threshold=float(top["score_threshold"]),
+                standing=str(top["standing"]),
+                tied=", ".join(f"`{h}`" for h in tied),
+                untested=", ".join(f"`{h}`" for h in untested),
+                left_out=", ".join(
+                    f"`{r['head_label']}` {points(-r['mean'])} at {points(r['accuracy'])} acc"
+                    for _, r in lower.iterrows()
+                ),
+            )
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    order = [
+        (str(r["task"]), str(r["encoder"]), size_key(r["train_size"])) for _, r in out.iterrows()
+    ]
+    out["_order"] = order
+    out = out.sort_values("_order", kind="stable").drop(columns="_order")
+    return out.reset_index(drop=True)
 
 
 def calibration_finding(source: Path, split: str = "dev") -> str | None:
     """:func:`calibration_sentence` of a results directory (``results/<experiment>``).
 
     Args:
-        source: The results directory (its ``predictions.parquet``).
+        source: The results directory (its ``predictions.parquet`` and results table).
         split: The reporting split described.
 
     Returns:
         The sentence, or None when its predictions carry no class probabilities.
     """
-    return calibration_sentence(read_predictions(source), split)
+    predictions = read_predictions(source)
+    if not has_probabilities(predictions):
+        return None
+    has_table = any((source / f).is_file() for f in ("results.parquet", "results.csv"))
+    table = stats.normalize_table(read_table(source)) if has_table else None
+    return calibration_sentence(predictions, split, table)
 
 
 def summary(results: Path = ROOT / "results") -> str:

@@ -59,6 +59,9 @@ HEADLINE_COLUMNS = [
     "margin",
     "ci_low",
     "ci_high",
+    "sim_low",
+    "sim_high",
+    "sim_confidence",
     "n_pairs",
     "design",
     "p",
@@ -101,7 +104,11 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
         (with the training size where a setting ran at several: ``frozen, 400 examples``,
         :meth:`~bench.report.context.ReportContext.freeze_text`).
         ``margin``/``ci_low``/``ci_high`` are the mean
-        paired difference over the runner-up and its Student-t interval; ``p`` the paired
+        paired difference over the runner-up and its per-comparison 95% Student-t interval;
+        ``sim_low``/``sim_high`` its simultaneous 95% interval over the same
+        ``n_comparisons`` as Holm's (Bonferroni, each at ``sim_confidence`` = 1 − α/m:
+        :func:`bench.results.stats.simultaneous_interval`), the one shown beside
+        ``p_holm``; ``p`` the paired
         t-test, ``p_holm`` Holm over all ``n_comparisons`` headline comparisons; ``tied``
         the heads not significantly below the winner (comma-separated); ``vs_constant``
         how the winner's mean stands against ``threshold``, its runs' failure threshold
@@ -131,6 +138,9 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             margin=np.nan,
             ci_low=np.nan,
             ci_high=np.nan,
+            sim_low=np.nan,
+            sim_high=np.nan,
+            sim_confidence=np.nan,
             n_pairs=0,
             design="",
             p=np.nan,
@@ -162,6 +172,9 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
                     margin=r["diff"],
                     ci_low=r["t_low"],
                     ci_high=r["t_high"],
+                    sim_low=r.get("sim_low", np.nan),
+                    sim_high=r.get("sim_high", np.nan),
+                    sim_confidence=r.get("sim_confidence", np.nan),
                     n_pairs=int(r["n_pairs"]),
                     design=r["design"] if isinstance(r.get("design"), str) else "",
                     p=r["p"],
@@ -173,6 +186,31 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
                 row["significant"] = bool(r["ahead"])
         rows.append(row)
     return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+
+
+def setting_ties(shown: pd.DataFrame, row: pd.Series | dict) -> tuple[list[str], list[str]]:
+    """The heads a setting's winner is not shown to beat: tested and tied, or untested.
+
+    Args:
+        shown: :func:`headline_comparisons` (winner − other, Holm over all of them).
+        row: Anything with the :data:`SETTING` keys (a :func:`headline_frame` row).
+
+    Returns:
+        ``(tied, untested)``: the other heads whose comparison has a p but is not
+        significantly behind the winner after Holm (a tie by the headline's own test), and
+        those without a test (``reason``: too few paired seeds, constant differences), in
+        the table's order.
+    """
+    if shown.empty:
+        return [], []
+    mine = shown
+    for column in SETTING:
+        mine = mine[mine[column] == row[column]]
+    tested = mine["p"].notna()
+    ahead = mine["ahead"].astype(bool)
+    tied = [str(h) for h in mine[tested & ~ahead]["head_b"]]
+    untested = [str(h) for h in mine[~tested]["head_b"]]
+    return tied, untested
 
 
 def _tier(r: pd.Series) -> str:
@@ -254,33 +292,83 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
             f"points on {int(r['n_pairs'])} paired seed{'s' if r['n_pairs'] != 1 else ''}: too "
             "few for an interval or a test." + _failures(r)
         )
-    if r["margin"] <= 0:
+    if r["reason"]:
+        text = (
+            f"{opening}{link} {r['runner_up']} by {points(r['margin'])} points "
+            f"({_paired_runs(r)}; no test: {r['reason']})."
+        )
+    elif r["margin"] <= 0:
         gap = r["winner_mean"] - r["runner_mean"]
         text = (
             f"{opening}{link} {r['runner_up']} by {points(gap)} points over all their runs, "
             f"but on the {_paired_runs(r)} that both completed it is behind by "
-            f"{points(-r['margin'])} points (95% t-interval "
-            f"{interval(r['ci_low'], r['ci_high'])}; paired t-test, Holm over all "
-            f"{r['n_comparisons']} headline comparisons: p = {pvalue(r['p_holm'])})."
+            f"{points(-r['margin'])} points ({margin_evidence(r)})."
         )
         return text + _failures(r)
-    text = (
-        f"{opening}{link} {r['runner_up']} by "
-        f"{points(r['margin'])} "
-        f"points (95% t-interval {interval(r['ci_low'], r['ci_high'])}, {_paired_runs(r)}; "
-        f"{_test_name(r)}, Holm over all {r['n_comparisons']} headline comparisons: "
-        f"p = {pvalue(r['p_holm'])}"
-    )
-    if r["significant"]:
-        text += f", {r['tier']})."
-    elif r["reason"]:
-        text += f"; no test: {r['reason']})."
     else:
-        text += ", not significant)."
+        text = (
+            f"{opening}{link} {r['runner_up']} by {points(r['margin'])} points "
+            f"({_paired_runs(r)}; {margin_evidence(r)}"
+        )
+        if r["significant"]:
+            text += f", {r['tier']}{holm_beyond_bonferroni(r)})."
+        else:
+            text += ", not significant)."
     if r["tied"]:
         best = "the winner" if r["vs_constant"] != stats.NOT_ABOVE else r["winner"]
         text += f" Not distinguishable from {best}: {r['tied']}."
     return text + _failures(r)
+
+
+def simultaneous_words(m: int) -> str:
+    """The adjustment of a margin's interval in words, with the family it is adjusted over.
+
+    Args:
+        m: The comparisons with a test that Holm corrects together (``n_comparisons``).
+
+    Returns:
+        ``simultaneous 95% interval over all 28 headline comparisons (Bonferroni)``, or
+        for a family of one, ``95% t-interval`` (there is nothing to adjust).
+    """
+    if m < 1:
+        return "interval (none: no headline comparison has a test)"
+    if m == 1:
+        return "95% t-interval (the only headline comparison with a test)"
+    return f"simultaneous 95% interval over all {m} headline comparisons (Bonferroni)"
+
+
+def margin_evidence(r: pd.Series) -> str:
+    """A margin's simultaneous interval and Holm's p, as a verdict states them.
+
+    Args:
+        r: A :func:`headline_frame` row with a test.
+
+    Returns:
+        ``simultaneous 95% interval over all 28 headline comparisons (Bonferroni): 0.0 to
+        1.0; paired t-test, Holm over the same 28: p = 0.12``.
+    """
+    m = int(r["n_comparisons"])
+    family = f"the same {m}" if m > 1 else "that one"
+    return (
+        f"{simultaneous_words(m)}: {interval(r['sim_low'], r['sim_high'])}; "
+        f"{_test_name(r)}, Holm over {family}: p = {pvalue(r['p_holm'])}"
+    )
+
+
+def holm_beyond_bonferroni(r: pd.Series) -> str:
+    """Why a Holm-significant margin can have a simultaneous interval that reaches 0.
+
+    Args:
+        r: A :func:`headline_frame` row (``sim_low``, ``sim_high``).
+
+    Returns:
+        ``"; Holm's step-down test is significant where ..."`` when the interval reaches
+        0, else ``""`` (call it only for a significant margin).
+    """
+    low, high = r["sim_low"], r["sim_high"]
+    if pd.isna(low) or pd.isna(high) or not low <= 0 <= high:
+        return ""
+    return "; Holm's step-down test is significant where the Bonferroni interval still reaches 0"
 
 
 def _paired_runs(r: pd.Series) -> str:
@@ -496,6 +584,54 @@ def runs_cell(n_pairs: object, design: object) -> str:
     return f"{count} ({design})" if isinstance(design, str) and design else count
 
 
+def family_size(frame: pd.DataFrame) -> int:
+    """Holm's m of a :func:`headline_frame` (0 when no setting has a test)."""
+    counts = pd.to_numeric(frame["n_comparisons"], errors="coerce")
+    return int(counts.max()) if counts.notna().any() else 0
+
+
+def simultaneous_header(m: int) -> str:
+    """A table's column of simultaneous intervals, naming the family and the method."""
+    if m <= 1:
+        return "95% t-interval"
+    return f"Simultaneous 95% interval (Bonferroni over m = {m})"
+
+
+def margin_header(frame: pd.DataFrame) -> str:
+    """The verdict table's margin-interval column, naming the family and the method."""
+    m = family_size(frame)
+    if m <= 1:
+        return "Margin 95% t-interval"
+    return f"Margin, simultaneous 95% interval (Bonferroni over m = {m})"
+
+
+def _simultaneous_text(m: int) -> str:
+    level = 100 * stats.simultaneous_confidence(m, ALPHA)
+    return (
+        f"Bonferroni over the m = {m} comparisons Holm corrects, each a t-interval at "
+        f"1 − {ALPHA}/{m} = {level:.2f}% from the same t statistic, standard error and df "
+        f"as p; together the intervals cover their true differences with probability at "
+        f"least {100 * (1 - ALPHA):.0f}%. One that excludes 0 is always significant after "
+        f"Holm (its raw p is below {ALPHA}/m); Holm's step-down test can also be "
+        "significant where it still reaches 0."
+    )
+
+
+def simultaneous_caption(m: int) -> str:
+    """What a simultaneous interval is, for a table's caption (empty for m <= 1)."""
+    return f"Simultaneous interval: {_simultaneous_text(m)}" if m > 1 else ""
+
+
+def margin_caption(frame: pd.DataFrame) -> str:
+    """The verdict table's note on its margin interval (see :func:`simultaneous_caption`)."""
+    m = family_size(frame)
+    if m < 1:
+        return "Margin interval: none, no comparison has a test."
+    if m == 1:
+        return "Margin interval: the 95% t-interval of the one comparison with a test."
+    return f"Margin interval: simultaneous, {_simultaneous_text(m)}"
+
+
 def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
     """The verdict per setting as a table."""
     selection = _selection_of(ctx)
@@ -511,7 +647,7 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             r["runner_up"] or "",
             points(r["runner_mean"]),
             points(r["margin"]),
-            interval(r["ci_low"], r["ci_high"]),
+            interval(r["sim_low"], r["sim_high"]),
             runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
@@ -537,7 +673,7 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             "Runner-up",
             "Runner-up mean",
             "Margin",
-            "Margin 95% t-interval",
+            margin_header(frame),
             "Seeds",
             "p",
             "p (Holm)",
@@ -552,7 +688,9 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
         rows,
         caption="Winner and runner-up per setting (reporting split, ×100). p: "
         f"{test_words(frame)}; p (Holm): corrected over every headline comparison; tier: "
-        "*** < 0.001, ** < 0.01, * < 0.05, n.s. otherwise. Winner failed: its runs that "
+        f"*** < 0.001, ** < 0.01, * < 0.05, n.s. otherwise. {margin_caption(frame)} "
+        "The per-comparison (unadjusted) 95% t-intervals are in the table of every "
+        "headline comparison below. Winner failed: its runs that "
         "crashed, diverged or scored at or below the best constant prediction. Beats the "
         "constant: whether the winner's mean and its whole t-interval are above the best "
         "constant prediction; 'no' means the setting has no winner.",
@@ -562,7 +700,8 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
 
 
 def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
-    """Every headline comparison: winner − other head, interval, p, Holm, tier."""
+    """Every headline comparison: winner − other head, intervals, p, Holm, tier."""
+    m = int(shown["n_comparisons_all"].max()) if not shown.empty else 0
     rows = [
         [
             task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else ""),
@@ -570,6 +709,7 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             r["head_a"],
             r["head_b"],
             points(r["diff"]),
+            interval(r.get("sim_low", np.nan), r.get("sim_high", np.nan)),
             interval(r["t_low"], r["t_high"]),
             interval(r["ci_low"], r["ci_high"])
             + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
@@ -587,8 +727,9 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             "Winner",
             "Other head",
             "Difference",
-            "95% t-interval",
-            "95% bootstrap interval",
+            simultaneous_header(m),
+            "95% t-interval (this comparison alone, unadjusted)",
+            "95% bootstrap interval (this comparison alone, unadjusted)",
             "Seeds",
             "p",
             "p (Holm, all)",
@@ -596,8 +737,12 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
         ],
         rows,
         caption=f"Every headline comparison; Holm (1979) over {tested_phrase(shown)}. "
-        "Difference: mean over seeds of winner − other (×100).",
-        numeric=[4, 7, 8, 9],
+        "Difference: mean over seeds of winner − other (×100). "
+        + (f"{simultaneous_caption(m)} " if m > 1 else "")
+        + "The t and bootstrap intervals are each comparison's own 95% intervals, not "
+        "adjusted for the others: one of them can exclude 0 where Holm's p is not "
+        "significant.",
+        numeric=[4, 8, 9, 10],
     )
 
 
@@ -689,8 +834,8 @@ def per_example_parts(ctx: ReportContext, frame: pd.DataFrame) -> list[str]:
                 "Winner",
                 "Runner-up",
                 "Difference",
-                "95% interval",
-                "p (bootstrap)",
+                "95% interval (unadjusted)",
+                "p (bootstrap, unadjusted)",
                 "Examples",
                 "Seeds",
             ],
@@ -698,7 +843,11 @@ def per_example_parts(ctx: ReportContext, frame: pd.DataFrame) -> list[str]:
             caption="The same margin seen across dev examples instead of seeds: a paired "
             f"bootstrap ({N_RESAMPLES:,} resamples of the examples, the same for both heads "
             "and every seed) of the mean-over-seeds metric difference, from the committed "
-            "predictions; percentile interval, uncorrected p. Sentence tasks only.",
+            "predictions. Unadjusted: each row's 95% percentile interval and p stand alone, "
+            f"with no correction for the {len(rows)} rows here or for the headline's "
+            "comparisons (neither Holm nor Bonferroni), so an interval that excludes 0 is not "
+            "a significant verdict; read the rows as a check of each margin across examples. "
+            "Sentence tasks only.",
             numeric=[4, 6, 7],
         )
     ]
@@ -733,9 +882,11 @@ def headline_section(ctx: ReportContext) -> Section:
             figure(
                 svg_data_uri(fig),
                 "Forest plot of the winning head's margin per setting",
-                "Margin of the best head over the runner-up with its 95% t-interval; a filled "
-                "dot is significant after Holm's correction over all headline comparisons, a "
-                "hollow one is not.",
+                "Margin of the best head over the runner-up with its "
+                + simultaneous_words(family_size(frame))
+                + "; a filled dot is significant after Holm's correction over the same "
+                "comparisons, a hollow one is not. A bar that clears 0 always has a filled "
+                "dot; a filled dot's bar can still reach 0 (Holm rejects more than Bonferroni).",
             )
         )
     parts += evp_trials_parts(ctx)

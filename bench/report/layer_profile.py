@@ -11,15 +11,164 @@ from typing import Any
 import pandas as pd
 
 from bench.report.context import pvalue
+from bench.results import stats
 from bench.results.geometry import geometry_rows
 from bench.results.layer_profile import last_layer_drop, paper_last_drop, profile_rows
 
 #: Below this paired p the last layer's drop is called real.
 ALPHA = 0.05
+#: Columns of :func:`peak_comparisons` (differences and intervals ×100).
+PEAK_COLUMNS = [
+    "encoder",
+    "peak",
+    "peak_mean",
+    "layer",
+    "mean",
+    "diff",
+    "sim_low",
+    "sim_high",
+    "n_pairs",
+    "p",
+    "p_holm",
+    "n_comparisons",
+    "ahead",
+    "reason",
+]
 
 
 def _f(value: float, digits: int = 1) -> str:
     return "–" if pd.isna(value) else f"{value:.{digits}f}"
+
+
+def _probe_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """Frozen linear single-layer probes among ``cell_stats`` rows, with their ``layer``.
+
+    The selection of :mod:`bench.results.layer_profile` (``head`` linear, ``freeze``
+    frozen, ``layers`` one index).
+    """
+    probes = cells[
+        (cells["head"] == "linear")
+        & (cells["freeze"] == "frozen")
+        & cells["layers"].astype(str).str.fullmatch(r"\d+")
+        & (cells["n"] > 0)
+    ].copy()
+    probes["layer"] = probes["layers"].astype(int)
+    return probes
+
+
+def peak_comparisons(table: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
+    """Per encoder: the best single layer against each other layer, as the headline tests.
+
+    The layer with the best mean is compared with every other layer by the headline's own
+    test (:func:`bench.results.stats.compare_heads`: the paired t-test over seeds, or its
+    crossed form), and all these comparisons, every encoder's together, are
+    Holm-corrected (:func:`bench.results.stats.holm_all`), with their simultaneous 95%
+    intervals over the same family. A layer the peak is not significantly ahead of reads
+    as well as far as these runs can tell: a tie.
+
+    Args:
+        table: Tidy results table.
+        split: The reporting split.
+
+    Returns:
+        Columns :data:`PEAK_COLUMNS`, one row per encoder and other layer (``diff`` = peak
+        − layer, ×100 like the means and intervals; ``ahead``: the peak is significantly
+        ahead after Holm; ``reason``: why there is no test), best other layer first.
+    """
+    probes = _probe_cells(stats.cell_stats(table, split=split))
+    if probes.empty:
+        return pd.DataFrame(columns=PEAK_COLUMNS)
+    comparisons = stats.compare_heads(table, split=split)
+    labels = set(probes["head_label"])
+    comparisons = comparisons[
+        comparisons["head_a"].isin(labels) & comparisons["head_b"].isin(labels)
+    ]
+    family = stats.leader_comparisons(probes, comparisons)
+    if family.empty:
+        return pd.DataFrame(columns=PEAK_COLUMNS)
+    family = stats.holm_all(family)
+    layer_of = dict(zip(probes["head_label"], probes["layer"], strict=True))
+    mean_of = dict(zip(probes["head_label"], probes["mean"], strict=True))
+    out = pd.DataFrame(
+        {
+            "encoder": family["encoder"],
+            "peak": [layer_of[h] for h in family["head_a"]],
+            "peak_mean": [100 * mean_of[h] for h in family["head_a"]],
+            "layer": [layer_of[h] for h in family["head_b"]],
+            "mean": [100 * mean_of[h] for h in family["head_b"]],
+            "diff": 100 * family["diff"],
+            "sim_low": 100 * family["sim_low"],
+            "sim_high": 100 * family["sim_high"],
+            "n_pairs": family["n_pairs"],
+            "p": family["p"],
+            "p_holm": family["p_holm_all"],
+            "n_comparisons": family["n_comparisons_all"],
+            "ahead": family["ahead"].astype(bool),
+            "reason": family["reason"].fillna("").astype(str),
+        }
+    )
+    out = out.sort_values(["encoder", "mean"], ascending=[True, False], kind="stable")
+    return out[PEAK_COLUMNS].reset_index(drop=True)
+
+
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def peak_text(rows: pd.DataFrame) -> str:
+    """Where one encoder's probe reads best: one layer, or a tie of layers, in words.
+
+    Args:
+        rows: :func:`peak_comparisons` rows of one encoder.
+
+    Returns:
+        What follows "reads best at": ``layer 3 (73.2 dev F1; every other layer
+        significantly below it: ...)``, or for a tie ``layers 3 and 4, a tie: ...``.
+    """
+    first = rows.iloc[0]
+    peak, m = int(first["peak"]), int(first["n_comparisons"])
+    family = (
+        f"paired t-test over seeds, Holm over the {m} comparison{'s' if m != 1 else ''} of "
+        f"layer {peak} with each other layer"
+    )
+    tied = rows[~rows["ahead"] & (rows["reason"] == "")]
+    untested = rows[rows["reason"] != ""]
+    if tied.empty and untested.empty:
+        return (
+            f"layer {peak} ({_f(first['peak_mean'])} dev F1; every other layer significantly "
+            f"below it: {family})"
+        )
+    several = len(tied) > 1
+    if tied.empty:
+        text = f"layer {peak} ({_f(first['peak_mean'])} dev F1)"
+    else:
+        layers = _and([str(v) for v in [peak, *(int(v) for v in tied["layer"])]])
+        means = _and([_f(first["peak_mean"]), *(_f(v) for v in tied["mean"])])
+        below = _and([str(int(v)) for v in tied["layer"]])
+        bounds = zip(tied["sim_low"], tied["sim_high"], strict=True)
+        intervals = _and([f"{_f(lo)} to {_f(hi)}" for lo, hi in bounds])
+        text = (
+            f"layers {layers}, a tie: {means} dev F1, layer{'s' if several else ''} {below} "
+            f"reading {_and([_f(v) for v in tied['diff']])} points below layer {peak} "
+            f"(simultaneous 95% interval{'s' if several else ''} over the {m} comparisons, "
+            f"Bonferroni: {intervals}; {family}: p = "
+            f"{_and([pvalue(v) for v in tied['p_holm']])})"
+        )
+    if not untested.empty:
+        named = _and(
+            [
+                f"layer {int(v)} ({_f(mean)})"
+                for v, mean in zip(untested["layer"], untested["mean"], strict=True)
+            ]
+        )
+        text += (
+            f"; with too few paired seeds for a test, layer {peak} is not told apart from "
+            f"{named}: the difference is within what one run can tell apart"
+        )
+    if rows["ahead"].any():
+        text += f"; every other layer reads significantly below layer {peak}"
+    return text
 
 
 def geometry_sentence(geometry: dict[str, Any] | None) -> str | None:
@@ -63,13 +212,19 @@ def profile_sentence(
     drops = last_layer_drop(table)
     if drops.empty:
         return None
+    peaks = peak_comparisons(table)
     parts = []
     for _, d in drops.iterrows():
         where = f"layer {d['last'] - 1}"
+        mine = peaks[peaks["encoder"] == d["encoder"]]
+        best = (
+            peak_text(mine)
+            if not mine.empty
+            else f"layer {d['peak']} ({_f(d['peak_mean'])} dev F1)"
+        )
         text = (
             f"A frozen linear probe on each single layer of {d['encoder']} reads best at "
-            f"layer {d['peak']} ({_f(d['peak_mean'])} dev F1); the last layer (layer "
-            f"{d['last']}) reads "
+            f"{best}. The last layer (layer {d['last']}) reads "
         )
         if d["drop"] < 0:
             text += (

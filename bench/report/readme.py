@@ -41,6 +41,8 @@ from bench.report.headline import (
     headline_comparisons,
     headline_frame,
     headline_sentence,
+    margin_caption,
+    margin_header,
     runs_cell,
     test_words,
     tested_phrase,
@@ -172,7 +174,7 @@ def missing_cells(runs: pd.DataFrame) -> int:
 
 
 def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
-    """The verdict table's rows (reporting split, ×100)."""
+    """The verdict table's rows (reporting split, ×100; the margin's simultaneous interval)."""
     return [
         [
             task_title(r["task"]),
@@ -182,7 +184,7 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
             f"{points(r['winner_mean'])} ({interval(r['winner_t_low'], r['winner_t_high'])})",
             r["runner_up"] if isinstance(r["runner_up"], str) else "–",
             points(r["margin"]),
-            interval(r["ci_low"], r["ci_high"]),
+            interval(r["sim_low"], r["sim_high"]),
             runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p_holm"]),
             r["tier"],
@@ -416,7 +418,7 @@ def experiment_readme(source: str | Path) -> str:
                     "Mean (95% t-interval)",
                     "Runner-up",
                     "Margin",
-                    "Margin 95% t-interval",
+                    margin_header(frame),
                     "Seeds",
                     "p (Holm)",
                     "Tier",
@@ -428,7 +430,9 @@ def experiment_readme(source: str | Path) -> str:
             )
             + f"\n\nReporting split, ×100. p: {test_words(frame)}, Holm-corrected over "
             f"{tested_phrase(shown)} (each winner against every other head of its "
-            "setting); tier: *** < 0.001, ** < 0.01, * < 0.05. Winner failed: runs that "
+            f"setting); tier: *** < 0.001, ** < 0.01, * < 0.05. {margin_caption(frame)} "
+            "The per-comparison (unadjusted) 95% t-intervals are in the HTML report's table of "
+            "every headline comparison. Winner failed: runs that "
             "crashed, diverged or scored at or below the best constant prediction. Beats the "
             "constant: whether the winner's mean and its whole t-interval are above the best "
             "constant prediction; 'no' means the setting has no winner."

@@ -693,7 +693,10 @@ def compare_heads(
         ci_high, ci_method (bootstrap interval of it, as in :func:`cell_stats`), design
         (as in :func:`cell_stats`: for crossed runs, the test, the t interval and the
         bootstrap are :mod:`bench.results.crossed`'s on the complete grid of
-        differences, and there is no Wilcoxon test), p (paired t-test), p_min
+        differences, and there is no Wilcoxon test), se and df (the standard error of
+        the mean difference and the degrees of freedom the t-test refers it to: ``n − 1``,
+        or for crossed runs the crossed standard error and Satterthwaite's df; NaN where
+        there is no test), p (paired t-test), p_min
         (smallest p the t-test can reach: 0 wherever it runs),
         reason (why ``p`` is NaN), p_wilcoxon, p_wilcoxon_min (its exact floor
         ``2/2^k`` over the k non-zero differences), reason_wilcoxon, n_comparisons,
@@ -714,16 +717,22 @@ def compare_heads(
                 a = pair[head_a].to_numpy(dtype=float)
                 b = pair[head_b].to_numpy(dtype=float)
                 d = a - b
+                se, df = float("nan"), float("nan")
                 if grid is None:
                     p, t_low, t_high, reason = paired_t_test(a, b)
                     p_w, reason_w = paired_test(d)
                     low, high, how = bootstrap_interval(np.round(d, DECIMALS))
+                    if not reason:  # the t-test's own standard error and df
+                        se, df = float(np.std(d, ddof=1)) / math.sqrt(d.size), float(d.size - 1)
                 else:
                     p, t_low, t_high, reason = crossed.crossed_t_test(grid.round(DECIMALS))
                     p_w, reason_w = float("nan"), CROSSED_NO_SIGNED_RANK
                     low, high, how = crossed.pigeonhole_interval(
                         grid.round(DECIMALS), n_resamples=N_RESAMPLES
                     )
+                    if not reason:  # the crossed standard error, Satterthwaite's df
+                        est = crossed.crossed_mean(grid.round(DECIMALS))
+                        se, df = est.se, est.df
                 nonzero = int(np.count_nonzero(np.round(d, DECIMALS)))
                 rows.append(
                     {
@@ -743,6 +752,8 @@ def compare_heads(
                         "ci_high": high,
                         "ci_method": how,
                         "design": crossed.design_text(grid),
+                        "se": se,
+                        "df": df,
                         "p": p,
                         "p_min": 0.0 if not reason else np.nan,
                         "reason": reason,
@@ -768,6 +779,8 @@ def compare_heads(
         "ci_high",
         "ci_method",
         "design",
+        "se",
+        "df",
         "p",
         "p_min",
         "reason",
@@ -801,7 +814,54 @@ def significance_tier(p: float) -> str:
     return NOT_SIGNIFICANT
 
 
-def holm_all(comparisons: pd.DataFrame, p: str = "p") -> pd.DataFrame:
+def simultaneous_confidence(m: int, alpha: float = ALPHA) -> float:
+    """The per-comparison confidence of Bonferroni's simultaneous intervals: ``1 − α/m``.
+
+    Args:
+        m: The comparisons in the family (those with a test: Holm's m).
+        alpha: The family-wise level (:data:`ALPHA`: simultaneous 95%).
+
+    Returns:
+        ``1 − alpha/m``; NaN for an empty family.
+    """
+    return 1.0 - alpha / m if m >= 1 else float("nan")
+
+
+def simultaneous_interval(
+    diff: float, se: float, df: float, m: int, alpha: float = ALPHA
+) -> tuple[float, float]:
+    """Bonferroni's simultaneous interval of a mean difference in a family of ``m`` tests.
+
+    ``diff ± t_{1 − α/(2m), df} · se``: the t-interval of the test that gives the p-value,
+    at confidence ``1 − α/m`` instead of ``1 − α``, so that the ``m`` intervals of a family
+    cover their true differences together with probability at least ``1 − α``. It excludes
+    0 exactly when the raw two-sided p of the same t statistic is below ``α/m``, and then
+    Holm's adjusted p (never above ``m`` times the raw p) is below ``α``: an interval that
+    excludes 0 is always significant after Holm. The converse does not hold (Holm's
+    step-down test rejects more than Bonferroni), so a Holm-significant difference can have
+    an interval that still reaches 0.
+
+    Args:
+        diff: The mean difference.
+        se: Its standard error (:func:`compare_heads`' ``se``).
+        df: The t distribution's degrees of freedom (``df``).
+        m: The comparisons in the family (Holm's m).
+        alpha: The family-wise level.
+
+    Returns:
+        ``(low, high)``; NaNs where any input is missing, ``m`` < 1 or ``df`` <= 0; the
+        zero-width interval at ``diff`` for ``se`` = 0.
+    """
+    values = np.array([diff, se, df], dtype=float)
+    if m < 1 or not np.all(np.isfinite(values)) or df <= 0:
+        return float("nan"), float("nan")
+    if se == 0.0:
+        return float(diff), float(diff)
+    half = float(sps.t.ppf(1.0 - alpha / (2.0 * m), df)) * float(se)
+    return float(diff) - half, float(diff) + half
+
+
+def holm_all(comparisons: pd.DataFrame, p: str = "p", alpha: float = ALPHA) -> pd.DataFrame:
     """One Holm correction over every comparison of a headline, not one per family.
 
     Pass the comparisons (:func:`compare_heads` rows) of every setting the headline
@@ -812,25 +872,41 @@ def holm_all(comparisons: pd.DataFrame, p: str = "p") -> pd.DataFrame:
     Args:
         comparisons: A comparisons table with a p-value column.
         p: The column of raw p-values (``"p"``: the paired t-test).
+        alpha: The family-wise level of ``ahead`` and of the simultaneous intervals.
 
     Returns:
-        A copy with ``n_comparisons_all`` (finite p-values corrected together),
+        A copy with ``n_comparisons_all`` (finite p-values corrected together, ``m``),
         ``p_holm_all``, ``significance`` (:func:`significance_tier` of ``p_holm_all``:
         two-sided, whichever head is ahead) and, where the rows have ``diff``
         (:func:`compare_heads` rows), ``ahead``: whether ``head_a`` is
-        significantly *ahead* (``p_holm_all`` < :data:`ALPHA` and ``diff`` > 0). A leader
+        significantly *ahead* (``p_holm_all`` < ``alpha`` and ``diff`` > 0). A leader
         chosen by its mean over all its runs can be significantly behind on the seeds both
         heads completed (the other head's missing seeds were its good ones); ``ahead`` is
-        what "the leader wins significantly" means.
+        what "the leader wins significantly" means. Where the rows also have ``se`` and
+        ``df`` (:func:`compare_heads` rows), ``sim_low``/``sim_high``: the simultaneous
+        interval of ``diff`` over the same ``m`` comparisons (:func:`simultaneous_interval`,
+        Bonferroni, confidence ``sim_confidence`` = 1 − alpha/m), the interval to show
+        beside ``p_holm_all``; ``t_low``/``t_high`` stay the per-comparison 95% intervals.
     """
     out = comparisons.copy()
     raw = pd.to_numeric(out[p], errors="coerce").to_numpy(dtype=float)
-    out["n_comparisons_all"] = int(np.count_nonzero(~np.isnan(raw)))
+    m = int(np.count_nonzero(~np.isnan(raw)))
+    out["n_comparisons_all"] = m
     out["p_holm_all"] = holm(raw)
     out["significance"] = [significance_tier(v) for v in out["p_holm_all"]]
     if "diff" in out:
         diff = pd.to_numeric(out["diff"], errors="coerce").to_numpy(dtype=float)
-        out["ahead"] = (out["p_holm_all"].to_numpy(dtype=float) < ALPHA) & (diff > 0)
+        out["ahead"] = (out["p_holm_all"].to_numpy(dtype=float) < alpha) & (diff > 0)
+        if "se" in out and "df" in out:
+            se = pd.to_numeric(out["se"], errors="coerce").to_numpy(dtype=float)
+            df = pd.to_numeric(out["df"], errors="coerce").to_numpy(dtype=float)
+            bounds = [
+                simultaneous_interval(d, s, f, m, alpha)
+                for d, s, f in zip(diff, se, df, strict=True)
+            ]
+            out["sim_low"] = [low for low, _ in bounds]
+            out["sim_high"] = [high for _, high in bounds]
+            out["sim_confidence"] = simultaneous_confidence(m, alpha)
     return out
 
 
@@ -855,7 +931,8 @@ def oriented(row: pd.Series, first: str) -> pd.Series:
 
     Returns:
         The row itself when ``first`` is already ``head_a``, else a copy with the heads,
-        their means, the difference and both intervals of the difference swapped.
+        their means, the difference and its intervals (t, bootstrap and, where present,
+        simultaneous) swapped.
     """
     if row["head_a"] == first:
         return row
@@ -863,8 +940,9 @@ def oriented(row: pd.Series, first: str) -> pd.Series:
     r["head_a"], r["head_b"] = row["head_b"], row["head_a"]
     r["mean_a"], r["mean_b"] = row["mean_b"], row["mean_a"]
     r["diff"] = -row["diff"]
-    for low, high in (("t_low", "t_high"), ("ci_low", "ci_high")):
-        r[low], r[high] = -row[high], -row[low]
+    for low, high in (("t_low", "t_high"), ("ci_low", "ci_high"), ("sim_low", "sim_high")):
+        if low in row and high in row:
+            r[low], r[high] = -row[high], -row[low]
     return r
 
 

@@ -186,14 +186,21 @@ def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str
         return None
     row = rows.iloc[0]
     sign = 1.0 if row["head_a"] == best else -1.0
-    diff, lo, hi = (sign * 100 * row[c] for c in ("diff", "ci_low", "ci_high"))
-    lo, hi = min(lo, hi), max(lo, hi)
+    diff = sign * 100 * row["diff"]
     pairs = f"{row['n_pairs']} paired seed" + ("" if row["n_pairs"] == 1 else "s")
     text = f"{freeze}: {best} − {runner} = {signed(diff)} over {pairs}"
-    if not np.isnan(lo):
-        text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
     if row["reason"]:
+        lo, hi = sorted(sign * 100 * row[c] for c in ("ci_low", "ci_high"))
+        if not np.isnan(lo):
+            text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
         return text + f"; no test: {row['reason']}."
+    m = int(row["n_comparisons"])
+    lo, hi = stats.simultaneous_interval(diff, 100 * row["se"], row["df"], m)
+    if not np.isnan(lo):
+        text += (
+            f" (simultaneous 95% t-interval over the {m} head comparisons, Bonferroni: "
+            f"{signed(lo)} to {signed(hi)})"
+        )
     wilcoxon = (
         f"Wilcoxon signed-rank p = {row['p_wilcoxon']:.3g} (smallest attainable "
         f"{row['p_wilcoxon_min']:.3g})"
