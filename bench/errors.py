@@ -15,6 +15,14 @@ class DataError(HeadbenchError, ValueError):
     """A data file is missing or malformed; the message names the file and line."""
 
 
+class MissingDataError(DataError):
+    """The input data could not be found: a data directory or task file, or the Hub.
+
+    The cause is where the data lives, not the cell: a cell that fails with it is retried by
+    the next launch once the path is fixed (:func:`bench.run.failures.is_environmental`).
+    """
+
+
 class EncoderError(HeadbenchError, ValueError):
     """An encoder cannot be loaded or does not support the requested option."""
 

@@ -307,11 +307,22 @@ def test_a_full_disk_names_the_path_and_the_cell_is_retried(
     assert not should_run(state, ResumePolicy(rerun_environmental=False))
 
 
-def test_a_cell_that_fails_for_its_own_reason_is_not_retried(compose_cfg, tmp_path):
-    cfg = compose_cfg(*TINY, "seed=1", f"data.dir={tmp_path}/no-such-data")
+def test_a_cell_that_fails_for_its_own_reason_is_not_retried(compose_cfg, data_dir, tmp_path):
+    # More training examples than the split has: the cell's own config, not the machine's.
+    cfg = compose_cfg(*TINY, "seed=1", f"data.dir={data_dir}", "data.train_size=1000000")
     result = run(cfg, tmp_path / "run")
     assert result["status"] == "failed" and result["retryable"] is False
+    assert result["reason"].startswith("ConfigError: data.train_size=1000000")
     assert not should_run(CellState("failed", result["reason"], result["retryable"]))
+
+
+def test_a_cell_whose_data_directory_is_missing_is_retried(compose_cfg, tmp_path):
+    """``data.dir`` is not hashed: once the path is fixed, a plain re-run trains the cell."""
+    cfg = compose_cfg(*TINY, "seed=1", f"data.dir={tmp_path}/no-such-data")
+    result = run(cfg, tmp_path / "run")
+    assert result["status"] == "failed" and result["retryable"] is True
+    assert result["reason"].startswith(f"MissingDataError: data.dir={tmp_path}/no-such-data:")
+    assert should_run(CellState("failed", result["reason"], result["retryable"]))
 
 
 def test_an_atomic_write_that_fails_without_a_file_name_names_its_destination(tmp_path):

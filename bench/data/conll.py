@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.data.tasks import TokenTaskSpec
 from bench.data.text_lines import read_lines
-from bench.errors import DataError
+from bench.errors import DataError, MissingDataError
 
 N_COLUMNS = 4  # token, POS tag, chunk tag, NER tag
 DOCSTART = "-DOCSTART-"
@@ -33,14 +33,15 @@ def conll_file(data_dir: str | Path, spec: TokenTaskSpec, filename: str) -> Path
         The path ``<data_dir>/<spec.local_dir>/<filename>``.
 
     Raises:
-        DataError: If the directory or the file does not exist.
+        MissingDataError: If the directory or the file does not exist (an environmental
+            failure: the next launch retries the cell once the path is fixed).
     """
     root = Path(data_dir)
     if not root.is_dir():
-        raise DataError(f"data directory {root} (data.dir / HEADBENCH_DATA) does not exist")
+        raise MissingDataError(f"data directory {root} (data.dir / HEADBENCH_DATA) does not exist")
     path = root / spec.local_dir / filename
     if not path.is_file():
-        raise DataError(
+        raise MissingDataError(
             f"{path} not found: task {spec.name!r} expects "
             f"<data.dir>/{spec.local_dir}/{{train,dev,test}}.txt (4 columns, IOB2)"
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.data.tasks import TaskSpec
 from bench.data.text_lines import read_lines
-from bench.errors import DataError
+from bench.errors import DataError, MissingDataError
 
 _COLA_COLUMNS = 4  # source code, label, original mark, sentence
 
@@ -31,14 +31,15 @@ def glue_file(data_dir: str | Path, spec: TaskSpec, filename: str) -> Path:
         The path ``<data_dir>/glue/<TASK>/<filename>``.
 
     Raises:
-        DataError: If the directory or the file does not exist.
+        MissingDataError: If the directory or the file does not exist (an environmental
+            failure: the next launch retries the cell once the path is fixed).
     """
     root = Path(data_dir)
     if not root.is_dir():
-        raise DataError(f"data directory {root} (data.dir / HEADBENCH_DATA) does not exist")
+        raise MissingDataError(f"data directory {root} (data.dir / HEADBENCH_DATA) does not exist")
     path = root / "glue" / spec.glue_dir / filename
     if not path.is_file():
-        raise DataError(
+        raise MissingDataError(
             f"{path} not found: task {spec.name!r} expects GLUE's download layout "
             f"<data.dir>/glue/{spec.glue_dir}/{filename}"
         )

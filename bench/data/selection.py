@@ -11,8 +11,10 @@ every cell of a sweep (every head, trial and seed) selects on the same examples:
 - ``carve: last`` (the default): with a training subset (``data.train_size``), the subset
   is drawn first exactly as without a selection slice
   (:func:`bench.data.sequence_datamodule.subset`), and the slice comes from the examples
-  left over (at most ``size``: RTE with 2,000 training examples keeps its other 490); the
-  slice therefore changes with the training size;
+  left over (at most ``size``: RTE with 2,000 training examples keeps its other 490, which
+  the run logs and ``result.json``'s ``selection.size`` records, and a dry run lists where
+  the training file is local: :func:`capped_size`); the slice therefore changes with the
+  training size;
 - ``carve: first`` (learning curves, :func:`carve_first`): the slice is drawn from the whole
   training split first, and every training subset is a prefix of one fixed permutation of
   the examples left: subsets of one task are nested, and every training size selects on the
@@ -26,6 +28,7 @@ remainders first), regression slices by quantile bins of the score, token-task s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +36,7 @@ import numpy as np
 
 from bench.errors import ConfigError
 
+log = logging.getLogger(__name__)
 #: The evaluation split name of the selection slice.
 SELECTION_SPLIT = "select"
 #: Selection modes: ``heldout`` (the slice above) and ``dev`` (the old behaviour: the epoch is
@@ -48,6 +52,36 @@ MIN_SIZE = 20
 CARVES = ("last", "first")
 #: ``selection.carve`` when a config does not say (results made before the option).
 DEFAULT_CARVE = CARVES[0]
+
+
+def capped_size(n: int, train_size: int | None, size: int, carve: str = DEFAULT_CARVE) -> int:
+    """The slice's size when a training subset leaves fewer than ``size`` examples, else ``size``.
+
+    Only ``carve: last`` with a training subset caps the slice (the protocol: RTE trained on
+    2,000 of its examples selects on the other 490); otherwise a slice that does not fit is an
+    error (:func:`carve_selection`, :func:`carve_first`).
+
+    Args:
+        n: Examples in the training split.
+        train_size: ``data.train_size`` (None: the whole split).
+        size: ``selection.size``.
+        carve: ``selection.carve``.
+
+    Returns:
+        The number of examples the slice will hold.
+    """
+    if train_size is None or carve != "last":
+        return size
+    return min(size, max(n - train_size, 0))
+
+
+def capped_note(where: str, n: int, train_size: int, size: int) -> str:
+    """Say that ``data.train_size`` leaves the slice fewer examples than ``selection.size``."""
+    held = capped_size(n, train_size, size)
+    return (
+        f"selection.size={size} but data.train_size={train_size} leaves {held} of {where}'s "
+        f"{n} examples: the selection slice holds {held}"
+    )
 
 
 def _strata(labels: Sequence[Any], stratify: str | None) -> np.ndarray:
@@ -130,6 +164,8 @@ def carve_selection(
             f"the training subset, but data.train_size={len(train)} leaves {len(rest)}; lower "
             f"data.train_size or use selection=dev"
         )
+    if len(rest) < size:  # the protocol, but said: the slice is smaller than asked
+        log.info(capped_note(where, n, len(train), size))
     return np.sort(train), stratified_draw(rest, strata, min(size, len(rest)), rng)
 
 

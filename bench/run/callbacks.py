@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from bench.errors import ConfigError, HeadbenchError
 from bench.results.collect import (
@@ -26,7 +28,8 @@ from bench.results.collect import (
 )
 from bench.results.run_records import log_launch_event
 from bench.run.packing import PackCheck
-from bench.run.plan import collision_message, collisions, plan
+from bench.run.plan import plan
+from bench.run.preflight import SweepCheck
 from bench.run.trackers import check_logger
 
 
@@ -46,18 +49,32 @@ class CollectResults(Callback):
         (:mod:`bench.run.packing`), or the collect at its end would drop cells that
         ``results_dir`` holds from elsewhere (:func:`bench.results.collect.dropped_at_launch`).
         """
-        overrides = list(config.hydra.overrides.task)
+        # unresolved, as Hydra's sweeper reads them: an interpolated value (e.g.
+        # head.label=linear-d${head.dropout}) resolves per job, not against the sweep's config
+        task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+        assert isinstance(task, list)
+        overrides = [str(o) for o in task]
+        values = SweepCheck()  # a value no cell can use, or cells sharing a run directory
+        pack = PackCheck()  # hydra/launcher=gpu_pack: refuse to over-pack the GPU
+
+        def check(cfg: DictConfig) -> None:
+            values(cfg)
+            pack(cfg)
+
         try:
             check_logger(config)
-            pack = PackCheck()  # hydra/launcher=gpu_pack: refuse to over-pack the GPU
-            cells = plan("", overrides, multirun=True, check=pack, base=config)
+            cells = plan("", overrides, multirun=True, check=check, base=config)
             pack.verdict()
+        except (HydraException, OmegaConfBaseException) as err:
+            print(f"error composing the sweep: {err}", file=sys.stderr)
+            sys.exit(2)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
-        shared = collisions(cells)
-        if shared:
-            sys.exit(f"error: {collision_message(shared)}")
+        refusal = values.verdict(cells)
+        if refusal:
+            print(refusal, file=sys.stderr)
+            sys.exit(2)
         results_dir = config.get("results_dir")
         if results_dir:  # its end would refuse to collect: refuse now, before training
             try:

@@ -6,6 +6,9 @@ failed for the machine's sake, a full disk or memory, are retried unless
 ``+rerun_environmental=false``); ``+force=true`` re-runs everything. The result of an
 earlier configuration of a cell is kept in its ``superseded/`` folder, never deleted.
 ``--dry-run`` lists what a launch would do, with every preflight check, without training.
+A command that cannot run, a single run's or a sweep's (a misspelt option, a value no cell
+can use, cells sharing a run directory), exits with status 2 and one message before Hydra
+writes anything (:mod:`bench.run.preflight`).
 
 A skipped cell's directory is left untouched: Hydra's ``.hydra/`` files are written here
 when the cell starts training (``hydra.output_subdir`` is null) and Hydra's job log is
@@ -37,13 +40,21 @@ from omegaconf.errors import OmegaConfBaseException
 from bench.atomic import atomic_write
 from bench.axes.resolvers import register as register_resolvers
 from bench.cell import config_hash
+from bench.data import selection
+from bench.data.location import count_examples
+from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.run_records import log_launch_event
 from bench.run import interrupts, loky_worker
 from bench.run.logs import route_lightning_logs
-from bench.run.plan import plan, print_plan
-from bench.run.preflight import check_cell, check_command, compose_single_run
+from bench.run.plan import PlannedCell, collisions, plan, print_plan
+from bench.run.preflight import (
+    check_cell,
+    check_command,
+    compose_single_run,
+    runs_here,
+)
 from bench.run.resume import (
     KEPT_STATES,
     RUNNING,
@@ -194,12 +205,17 @@ def _usage_error(message: str) -> None:
 
 def _check_cell_and_logger(cfg: DictConfig) -> None:
     """Every preflight check of a cell, and that its ``logger`` option can be used."""
-    check_cell(cfg)
+    check_cell(cfg, here=runs_here(cfg))
     check_logger(cfg)
 
 
 def _dry_run(args: list[str]) -> None:
+    """List what a launch would do, with every preflight check; exit 2 where it would fail.
 
+    That is: a cell refused by preflight, a sweep whose cells would share a run directory
+    (the launch refuses it), or a launcher that would over-pack the GPU. A selection slice
+    that a training subset leaves smaller than ``selection.size`` is said (:func:`_capped`).
+    """
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
     flags = [a for a in overrides if a.startswith("-")]
@@ -210,10 +226,14 @@ def _dry_run(args: list[str]) -> None:
     from bench.run.packing import PackCheck
 
     pack = PackCheck()
+    notes: dict[str, int] = {}
 
     def check(cfg: DictConfig) -> None:
         _check_cell_and_logger(cfg)
         pack(cfg)
+        note = _capped(cfg)
+        if note:
+            notes[note] = notes.get(note, 0) + 1
 
     try:
         cells = plan(config_dir(), overrides, multirun, check=check)
@@ -222,6 +242,8 @@ def _dry_run(args: list[str]) -> None:
     except ConfigError as err:
         _usage_error(f"error: {err}")
     print_plan(cells)
+    for note, count in notes.items():
+        print(f"selection: {note} ({count} cell{'s' if count > 1 else ''})")
     try:  # hydra/launcher=gpu_pack: how many cells fit on the GPU at once
         packing = pack.line()
         if packing:
@@ -229,8 +251,36 @@ def _dry_run(args: list[str]) -> None:
         pack.verdict()
     except ConfigError as err:
         _usage_error(f"error: {err}")
-    if any(cell.will_run and cell.problem for cell in cells):
+    if _refused(cells):
         sys.exit(2)
+
+
+def _refused(cells: list[PlannedCell]) -> bool:
+    """Whether a launch would fail: preflight refuses a cell, or cells share a directory."""
+    return any(cell.will_run and cell.problem for cell in cells) or bool(collisions(cells))
+
+
+def _capped(cfg: DictConfig) -> str | None:
+    """What the dry run says of a cell whose selection slice is smaller than asked.
+
+    Known without loading data only where the training file is a local GLUE file (its rows
+    are counted, not parsed); elsewhere the run's log line says it
+    (:func:`bench.data.selection.carve_selection`).
+    """
+    name = OmegaConf.select(cfg, "selection.name", default="dev")
+    size = OmegaConf.select(cfg, "selection.size", default=None)
+    train_size = OmegaConf.select(cfg, "data.train_size", default=None)
+    carve = OmegaConf.select(cfg, "selection.carve", default=selection.DEFAULT_CARVE)
+    if name != "heldout" or not isinstance(size, int) or not isinstance(train_size, int):
+        return None
+    spec = get_task(cfg.task.name)
+    n = count_examples(OmegaConf.select(cfg, "data.dir", default=None), spec)
+    if n is None or train_size > n:  # too large a subset: the run refuses it, naming both
+        return None
+    held = selection.capped_size(n, train_size, size, carve)
+    if not selection.MIN_SIZE <= held < size:  # too small a slice is the run's error too
+        return None
+    return selection.capped_note(f"{spec.name} train", n, train_size, size)
 
 
 def _normalise(arg: str) -> str:
@@ -239,9 +289,16 @@ def _normalise(arg: str) -> str:
 
 
 def _preflight(args: list[str]) -> None:
-    """A single run with a bad config exits with status 2 before Hydra writes anything."""
-    if any(a in _MULTIRUN_FLAGS for a in args) or any(a.startswith("-") for a in args):
-        return  # sweeps record bad cells as failed; Hydra's own flags are Hydra's business
+    """A bad command exits with status 2 before Hydra writes anything.
+
+    A single run is checked whole here (:func:`bench.run.preflight.check_command`). A sweep
+    (``-m``) is checked by its launch callback (:mod:`bench.run.callbacks`), which plans
+    it anyway: every cell composed once and its values checked
+    (:class:`bench.run.preflight.SweepCheck`), one message and exit 2 before Hydra writes
+    ``multirun.yaml``. Hydra's own flags (``--cfg``, ``--help``, ...) are Hydra's business.
+    """
+    if any(a.startswith("-") for a in args):
+        return  # a sweep is checked by its launch callback, planning it once
     message = check_command(config_dir(), args) or _logger_problem(args)
     if message:
         print(message, file=sys.stderr)
@@ -312,11 +369,11 @@ def main() -> None:
     if "--dry-run" in sys.argv[1:]:
         _dry_run([a for a in sys.argv[1:] if a != "--dry-run"])
         return
-    _preflight(sys.argv[1:])
     message = missing_launcher(sys.argv[1:])
     if message:
         print(message, file=sys.stderr)
         sys.exit(2)
+    _preflight(sys.argv[1:])
     _hydra_main()
 
 

@@ -1,10 +1,13 @@
 """Why a cell failed: its own fault, or the machine's (retried by the next launch).
 
-A cell that fails because the disk is full, a quota is exceeded or memory ran out says
-nothing about the cell: its result records ``retryable: true`` and a re-run of the sweep
-trains it again (:mod:`bench.run.resume`, unless ``+rerun_environmental=false``). A disk
-error names the path being written; when the library that failed did not say (PyTorch's
-writers, a logger), the reason names the directories the cell writes and their free space.
+A cell that fails because the disk is full, a quota is exceeded, memory ran out or its
+input data could not be found (:class:`~bench.errors.MissingDataError`: a missing data
+directory or task file, the Hub off or unreachable; ``data.dir`` is not hashed, so fixing
+it changes no cell) says nothing about the cell: its result records ``retryable: true``
+and a re-run of the sweep trains it again (:mod:`bench.run.resume`, unless
+``+rerun_environmental=false``). A disk error names the path being written; when the
+library that failed did not say (PyTorch's writers, a logger), the reason names the
+directories the cell writes and their free space.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
+
+from bench.errors import MissingDataError
 
 #: ``errno`` values of the machine, not the cell: full disk, quota, memory, I/O, stale NFS.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -43,9 +48,14 @@ def is_disk_error(err: BaseException) -> bool:
 
 
 def is_environmental(err: BaseException) -> bool:
-    """Whether ``err`` says more about the machine than the cell (disk, memory, I/O)."""
+    """Whether ``err`` says more about the machine than the cell (disk, memory, I/O, data).
+
+    Missing input data counts only as :class:`~bench.errors.MissingDataError`, which the
+    data location code raises naming ``data.dir``: a cell's own ``FileNotFoundError`` is not
+    retried.
+    """
     for e in _chain(err):
-        if isinstance(e, (MemoryError, torch.OutOfMemoryError)):
+        if isinstance(e, (MemoryError, torch.OutOfMemoryError, MissingDataError)):
             return True
         if isinstance(e, OSError) and e.errno in ENVIRONMENTAL_ERRNOS:
             return True

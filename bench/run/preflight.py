@@ -3,20 +3,29 @@
 :func:`check_cell` catches what would otherwise surface deep inside training as an
 obscure exception: a required key left unset (``seed``), a name that would become a path
 outside the runs directory, a value of the wrong type, a task or freezing strategy that does not
-exist, an encoder directory without model or tokenizer files, ``max_length`` above the
-encoder's position limit, ``top_k`` larger than the encoder's depth, a head option the
-head does not have (or one that does not fit the task), ``pooler init=pretrained`` on an
-encoder whose pooler is not trained. Each raises a :class:`~bench.errors.ConfigError` (or
-:class:`~bench.errors.EncoderError`) naming the key and the valid choices.
+exist, a local data directory without the task's files, an encoder directory without model
+or tokenizer files, ``max_length`` above the encoder's position limit, ``top_k`` larger than
+the encoder's depth, a head option the head does not have (or one that does not fit the
+task), ``pooler init=pretrained`` on an encoder whose pooler is not trained, a
+``trainer.precision``, ``trainer.accelerator`` or ``trainer.devices`` Lightning would refuse
+(an accelerator without a device on this machine too), a ``cache.dtype`` the cache does not
+store. Each raises a :class:`~bench.errors.ConfigError` (or
+:class:`~bench.errors.EncoderError`, :class:`~bench.errors.MissingDataError`) naming the key
+and the valid choices.
 
 ``python -m bench`` (a single run) calls :func:`check_command` before Hydra creates any
-directory, so a bad command exits with status 2 and writes nothing; in a sweep,
-:func:`bench.run.train.run` calls :func:`check_cell` first and records the cell as failed
-with that message, and the sweep goes on.
+directory, so a bad command exits with status 2 and writes nothing. A sweep (``-m``) is
+checked by its launch callback (:mod:`bench.run.callbacks`, with :class:`SweepCheck`) before
+Hydra writes anything or launches a cell: a value that no cell can use
+(:func:`check_values`, :func:`check_machine_values`) refuses the sweep the same way. What
+depends on a cell's combination is checked per cell: :func:`bench.run.train.run` calls
+:func:`check_cell` first and records the cell as failed with that message, and the sweep
+goes on (a cell whose data is missing is retried by the next launch).
 
 The checks that read only the config run first, and this module imports nothing heavy:
 torch, transformers and the heads are imported by the encoder and head checks that need
-them, so a command refused earlier answers without the seconds those imports take.
+them, Lightning by the trainer checks after them, so a command refused earlier answers
+without the seconds those imports take.
 """
 
 from __future__ import annotations
@@ -24,26 +33,34 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.axes import encoders, freezing
 from bench.cell import check_identity, reads_cached_states
 from bench.data import selection, tasks
+from bench.data.location import check_local_data
 from bench.data.padding import check_pad_multiple, widest_batch
-from bench.errors import ConfigError, EncoderError
+from bench.errors import ConfigError, EncoderError, HeadbenchError
 from bench.model.compiled import check_compile_mode
 from bench.model.matmul import DEFAULT_MATMUL_PRECISION, check_matmul_precision
 from bench.paths import config_dir
 from bench.run import search
 from bench.run.allocator import check_malloc_mode
-from bench.run.plan import check_output_dirs, hydra_context
+from bench.run.plan import (
+    PlannedCell,
+    check_output_dirs,
+    collision_message,
+    collisions,
+    hydra_context,
+)
 
 # Keys with a fixed type: (allowed types, lower bound or None). `None` in the types = null.
 INT = (int,)
@@ -286,29 +303,216 @@ def check_cached_precision(cfg: DictConfig) -> None:
         )
 
 
-def check_cell(cfg: DictConfig) -> None:
-    """Check one composed cell config; cheap (config files and the tokenizer, no weights).
+#: ``trainer.devices`` as Lightning takes it: a count, -1 (every GPU), auto, or GPU indices.
+DEVICES_HELP = (
+    "must be a positive integer (how many devices), -1 (every GPU), auto, or a list of GPU "
+    "indices ([0, 1])"
+)
+
+
+def _device_indices(value: object) -> list[int] | None:
+    """GPU indices given as a list (``[0, 1]``) or a string (``"0,1"``); None if not that."""
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(",")]
+        if "," not in value or not all(p.isdigit() for p in parts if p) or not any(parts):
+            return None
+        return [int(p) for p in parts if p]
+    if isinstance(value, (list, tuple, ListConfig)):
+        items = list(value)
+        if items and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+            return [int(i) for i in items]
+    return None
+
+
+def check_devices(devices: object) -> None:
+    """``trainer.devices`` is a positive count, -1, ``auto`` or a list of GPU indices.
+
+    Raises:
+        ConfigError: For 0, another negative number, an empty list or another type.
+    """
+    if devices is None or devices == "auto" or _device_indices(devices) is not None:
+        return
+    count = devices
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        count = int(devices)
+    if isinstance(count, int) and not isinstance(count, bool) and (count >= 1 or count == -1):
+        return
+    raise ConfigError(f"trainer.devices={devices!r}: {DEVICES_HELP}")
+
+
+def lightning_precisions() -> tuple[str | int, ...]:
+    """Every ``precision`` value the installed Lightning accepts (its own list)."""
+    from lightning.fabric.connector import _PRECISION_INPUT  # what Trainer(precision=) checks
+
+    def flat(annotation: object) -> list[str | int]:
+        args = get_args(annotation)
+        return [v for a in args for v in flat(a)] if args else [annotation]  # type: ignore[list-item]
+
+    return tuple(flat(_PRECISION_INPUT))
+
+
+def check_precision(precision: object) -> None:
+    """``trainer.precision`` is one of Lightning's (null: Lightning's default).
+
+    Raises:
+        ConfigError: Naming the value and Lightning's valid choices.
+    """
+    valid = lightning_precisions()
+    if precision is None or (not isinstance(precision, bool) and precision in valid):
+        return
+    names = ", ".join(dict.fromkeys(str(v) for v in sorted(valid, key=lambda v: type(v) is int)))
+    raise ConfigError(f"trainer.precision={precision!r}: valid choices (Lightning's): {names}")
+
+
+def check_accelerator(accelerator: object, here: bool = True) -> None:
+    """``trainer.accelerator`` names one of Lightning's, usable here when the cell runs here.
+
+    Args:
+        accelerator: The value (``auto``, ``cpu``, ``gpu``, ``cuda``, ...).
+        here: Whether the cell runs on this machine (a cluster node may have what this
+            machine lacks).
+
+    Raises:
+        ConfigError: For a name Lightning does not know, or (``here``) one without a device
+            on this machine: ``gpu`` or ``cuda`` where no CUDA device is visible.
+    """
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    names = sorted(AcceleratorRegistry.available_accelerators())
+    if not isinstance(accelerator, str) or accelerator not in ("auto", "gpu", *names):
+        valid = ", ".join(["auto", "gpu", *names])
+        raise ConfigError(f"trainer.accelerator={accelerator!r}: valid choices: {valid}")
+    if not here or accelerator == "auto":
+        return
+    usable = [n for n in names if AcceleratorRegistry[n]["accelerator"].is_available()]
+    if any(n in usable for n in (("cuda", "mps") if accelerator == "gpu" else (accelerator,))):
+        return
+    why = f"no {accelerator} device on this machine"
+    if accelerator in ("gpu", "cuda"):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = "no CUDA device is visible to this process" + (
+            f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        )
+    raise ConfigError(
+        f"trainer.accelerator={accelerator!r}: {why}; valid here: auto, {', '.join(usable)}"
+    )
+
+
+def check_devices_here(accelerator: str, devices: object) -> None:
+    """``trainer.devices`` as Lightning parses it for the accelerator it will use here.
+
+    Raises:
+        ConfigError: With Lightning's reason, e.g. -1 on a CPU or more GPUs than there are.
+    """
+    if devices is None or devices == "auto":
+        return
+    from lightning.fabric.utilities.device_parser import _select_auto_accelerator
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    name = _select_auto_accelerator() if accelerator == "auto" else accelerator
+    if name == "gpu":
+        name = "mps" if AcceleratorRegistry["mps"]["accelerator"].is_available() else "cuda"
+    value = list(devices) if isinstance(devices, ListConfig) else devices
+    try:
+        AcceleratorRegistry[name]["accelerator"].parse_devices(value)
+    except Exception as err:  # Lightning's MisconfigurationException, TypeError, ValueError
+        raise ConfigError(
+            f"trainer.devices={devices!r} with trainer.accelerator={accelerator} ({name} "
+            f"here): {err}"
+        ) from None
+
+
+def check_cache_dtype(dtype: object) -> None:
+    """``cache.dtype`` is a dtype the hidden-state cache stores (null: its default).
+
+    Raises:
+        ConfigError: Naming the value and the valid choices.
+    """
+    from bench.cache.keys import DTYPES  # torch
+
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"cache.dtype={dtype!r}; valid choices: {', '.join(DTYPES)}")
+
+
+#: Launchers whose cells run on other machines: what is checked against this one is not.
+REMOTE_LAUNCHERS = ("SlurmLauncher",)
+
+
+def runs_here(cfg: DictConfig) -> bool:
+    """Whether a cell of this config runs on this machine (not on a cluster's node).
+
+    Args:
+        cfg: A config with its ``hydra`` node (a dry run's, a sweep's), or a cell's own.
+
+    Returns:
+        False under ``hydra/launcher=submitit_slurm``, and under Ray with a cluster address;
+        True otherwise (a single run, the basic, joblib, gpu_pack and local launchers).
+    """
+    target = OmegaConf.select(
+        cfg, "hydra.launcher._target_", default="", throw_on_resolution_failure=False
+    )
+    if str(target).endswith(REMOTE_LAUNCHERS):
+        return False
+    if str(target).endswith("RayLauncher"):
+        address = OmegaConf.select(
+            cfg, "hydra.launcher.ray.init.address", default=None, throw_on_resolution_failure=False
+        )
+        return not address
+    return True
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Check what a cell's config says key by key, reading nothing else: cheap, torch-free.
+
+    A value refused here is wrong whatever the rest of the cell is (a type, a bound, an
+    unknown name or mode, a device count of 0), so a sweep holding it is refused as a whole
+    (:class:`SweepCheck`); what depends on a combination (an encoder's depth or positions,
+    a head's fit to the task, the data of a task) is left to :func:`check_cell`.
 
     Raises:
         ConfigError: For a bad value, naming the key and the valid choices.
-        EncoderError: For an encoder without model or tokenizer files.
     """
     check_identity(cfg)
     check_types(cfg)
     check_additions(cfg)
     check_malloc_mode(OmegaConf.select(cfg, "runtime.malloc", default="default"))
     check_compile_mode(OmegaConf.select(cfg, "trainer.compile", default=False))
+    check_matmul_precision(OmegaConf.select(cfg, "trainer.matmul_precision"))
+    check_devices(OmegaConf.select(cfg, "trainer.devices", default=None))
+    tasks.validate(cfg.task.name)
+    check_protocol(cfg)
+    freezing.validate_options(_plain(cfg, "freeze"))
+    encoders.validate(_plain(cfg, "encoder"))
+
+
+def _plain(cfg: DictConfig, key: str) -> dict[str, Any]:
+    """One group of the cell as plain values (the `hydra` node may need a live run)."""
+    plain = OmegaConf.to_container(cfg[key], resolve=True)
+    assert isinstance(plain, dict)
+    return {str(k): v for k, v in plain.items()}
+
+
+def check_cell(cfg: DictConfig, here: bool = True) -> None:
+    """Check one composed cell config; cheap (config files and the tokenizer, no weights).
+
+    Args:
+        cfg: The cell's config.
+        here: Whether the cell runs on this machine (:func:`runs_here`): then its local data
+            files, its accelerator and its device count are checked against this machine.
+
+    Raises:
+        ConfigError: For a bad value, naming the key and the valid choices.
+        EncoderError: For an encoder without model or tokenizer files.
+        MissingDataError: For a local data directory without the task's files.
+    """
+    check_values(cfg)
     check_cached_precision(cfg)
     spec = tasks.validate(cfg.task.name)
-    check_protocol(cfg)
-    # Only the cell's own groups: the `hydra` node may need a live run to resolve.
-    plain: dict[str, Any] = {
-        key: OmegaConf.to_container(cfg[key], resolve=True)
-        for key in ("encoder", "head", "freeze", "data")
-    }
+    if here:
+        check_local_data(OmegaConf.select(cfg, "data.dir", default=None), spec)
+    plain = {key: _plain(cfg, key) for key in ("encoder", "head", "freeze", "data")}
     encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
     strategy = freezing.validate_options(freeze)
-    encoders.validate(encoder)
     facts = _encoder_facts(encoder)
     check_max_length(
         int(plain["data"]["max_length"]),
@@ -329,6 +533,26 @@ def check_cell(cfg: DictConfig) -> None:
             f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "
             f"declares pooler={encoder.get('pooler')!r}; valid choices here: head.init=random"
         )
+    check_machine_values(cfg, here)
+
+
+def check_machine_values(cfg: DictConfig, here: bool = True) -> None:
+    """The values checked against Lightning and the cache: they import torch and Lightning.
+
+    Args:
+        cfg: The cell's config.
+        here: Whether the cell runs on this machine (its accelerator must be usable here).
+
+    Raises:
+        ConfigError: For ``trainer.precision``, ``trainer.accelerator``, ``trainer.devices``
+            or ``cache.dtype``, naming the key, the value and the valid choices.
+    """
+    check_precision(OmegaConf.select(cfg, "trainer.precision", default=None))
+    accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
+    check_accelerator(accelerator, here)
+    if here:
+        check_devices_here(accelerator, OmegaConf.select(cfg, "trainer.devices", default=None))
+    check_cache_dtype(OmegaConf.select(cfg, "cache.dtype", default=None))
 
 
 def compose_single_run(config_dir: str | Path, overrides: list[str]) -> DictConfig | None:
@@ -345,7 +569,9 @@ def check_command(config_dir: str | Path, overrides: list[str]) -> str | None:
     """Check a single-run command line; return the error message, or None if it is fine.
 
     Composition errors (an unknown group option, a misspelled key: Hydra's own message
-    lists the valid options) and :func:`check_cell` errors are both returned as text.
+    lists the valid options) and :func:`check_cell` errors are both returned as text. A
+    command whose config makes it a sweep (``hydra.mode: MULTIRUN``) is checked by the
+    sweep's launch callback, which plans every cell anyway (:class:`SweepCheck`).
     """
     try:
         cfg = compose_single_run(config_dir, overrides)
@@ -354,6 +580,72 @@ def check_command(config_dir: str | Path, overrides: list[str]) -> str | None:
             check_output_dirs(cfg, multirun=False)
     except (HydraException, OmegaConfBaseException) as err:
         return f"error composing the config: {err}"
-    except (ConfigError, EncoderError) as err:
+    except HeadbenchError as err:  # ConfigError, EncoderError, MissingDataError
         return f"error: {err}"
     return None
+
+
+class SweepCheck:
+    """What a sweep's launch checks before it trains: every cell's values, once per setting.
+
+    Call it on each composed cell to train (as :func:`bench.run.plan.plan`'s ``check``):
+    :func:`check_values` refuses a value no cell can use, and a ``data.dir`` that does not
+    exist is refused too. Then :meth:`verdict` on the plan's
+    cells gives the sweep's one refusal, or None: a refused cell, cells sharing a run
+    directory, or a trainer or cache setting :func:`check_machine_values` refuses (checked
+    once per distinct setting: it imports Lightning).
+    """
+
+    #: The keys :func:`check_machine_values` reads: a setting is checked once.
+    MACHINE_KEYS = ("trainer.precision", "trainer.accelerator", "trainer.devices", "cache.dtype")
+
+    def __init__(self) -> None:
+        self.configs: list[DictConfig] = []
+        self.errors: list[HeadbenchError] = []
+
+    def __call__(self, cfg: DictConfig) -> None:
+        """Check one cell's values and, where it runs here, that its data root exists.
+
+        Raises:
+            ConfigError: What :func:`check_values` raises.
+            MissingDataError: For a local data root (``data.dir``) that does not exist: no
+                cell can read it (a task whose files are missing there fails alone).
+        """
+        try:
+            check_values(cfg)
+            data_dir = OmegaConf.select(cfg, "data.dir", default=None)
+            if data_dir is not None and runs_here(cfg) and not Path(data_dir).is_dir():
+                check_local_data(data_dir, tasks.validate(cfg.task.name))
+        except HeadbenchError as err:
+            self.errors.append(err)
+            raise
+        self.configs.append(cfg)
+
+    def verdict(self, cells: list[PlannedCell]) -> str | None:
+        """The sweep's refusal (one message, ``error: ...``), or None when it may launch."""
+        refused = [cell for cell in cells if cell.will_run and cell.problem]
+        if refused:
+            return _refusal(self.errors[0], refused)
+        shared = collisions(cells)
+        if shared:
+            return f"error: {collision_message(shared)}"
+        seen: set[str] = set()
+        for cell, cfg in zip([c for c in cells if c.will_run], self.configs, strict=True):
+            here = runs_here(cfg)
+            values = [str(OmegaConf.select(cfg, key, default=None)) for key in self.MACHINE_KEYS]
+            setting = repr([here, *values])
+            if setting in seen:
+                continue
+            seen.add(setting)
+            try:
+                check_machine_values(cfg, here)
+            except ConfigError as err:
+                return _refusal(err, [cell])
+        return None
+
+
+def _refusal(err: Exception, cells: list[PlannedCell]) -> str:
+    """One message for the cells a check refused: the first one's, and how many more."""
+    more = len(cells) - 1
+    others = f"; {more} more cell(s) refused (--dry-run lists each)" if more else ""
+    return f"error: {err} (cell: {' '.join(cells[0].overrides)}){others}"
