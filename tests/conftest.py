@@ -53,6 +53,20 @@ def compose_cfg() -> Callable[..., DictConfig]:
     return _compose
 
 
+def frozen_sst2_key(head: str, seed: int) -> dict[str, object]:
+    """The cell key of a frozen MiniLM SST-2 run of ``head`` (last layer) at ``seed``."""
+    return {
+        "task": "sst2",
+        "encoder": "minilm",
+        "head": head,
+        "head_label": head,
+        "layers": "-1",
+        "freeze": "frozen",
+        "freeze_label": "frozen",
+        "seed": seed,
+    }
+
+
 def tiny_sst2_cell(compose_cfg: Callable[..., DictConfig], *overrides: str) -> DictConfig:
     """A linear-head tiny-BERT SST-2 cell (seed 1) of the real config tree, with overrides."""
     return compose_cfg("encoder=tiny_bert", "task=sst2", "head=linear", "seed=1", *overrides)

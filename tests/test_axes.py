@@ -22,7 +22,7 @@ from bench.results.result_file import with_axes
 from bench.results.stats import compare_heads, normalize_table, run_values
 from bench.run.plan import plan
 from bench.run.train import run
-from conftest import CONF
+from conftest import CONF, frozen_sst2_key
 
 
 def _module(data_dir, order_seed, group_by_length=False):
@@ -121,16 +121,7 @@ def test_the_sweep_writes_where_cell_path_says(tmp_path):
 
 
 def _result(seed, order_seed, value, head="linear", train_size=2000):
-    cell = {
-        "task": "sst2",
-        "encoder": "minilm",
-        "head": head,
-        "head_label": head,
-        "layers": "-1",
-        "freeze": "frozen",
-        "freeze_label": "frozen",
-        "seed": seed,
-    }
+    cell = frozen_sst2_key(head, seed)
     config = {"data": {"train_size": train_size}, "order_seed": order_seed}
     return with_axes(
         {

@@ -32,6 +32,7 @@ from bench.results.collect import collect
 from bench.results.predictions import cell_predictions, read_predictions
 from bench.run.resume import cell_state
 from bench.run.train import run
+from conftest import frozen_sst2_key
 
 CELL = (
     "encoder=tiny_bert",
@@ -447,14 +448,7 @@ def _calibration_runs(per_head: dict[str, tuple[list[float], list[float]]]) -> p
         for seed, (ece, acc) in enumerate(zip(eces, accuracies, strict=True), start=1):
             rows.append(
                 {
-                    "task": "sst2",
-                    "encoder": "minilm",
-                    "head": head,
-                    "head_label": head,
-                    "layers": "-1",
-                    "freeze": "frozen",
-                    "freeze_label": "frozen",
-                    "seed": seed,
+                    **frozen_sst2_key(head, seed),
                     "train_size": np.nan,
                     "order_seed": np.nan,
                     "split": "dev",

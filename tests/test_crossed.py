@@ -23,6 +23,7 @@ from bench.report.per_example import per_example_row
 from bench.results import crossed, stats
 from bench.results.curves import curve_leaders
 from bench.results.reproduction import compare
+from conftest import frozen_sst2_key
 
 REPO = Path(__file__).resolve().parents[1]
 VARIANCE = REPO / "results" / "variance_seeds"
@@ -165,14 +166,7 @@ def test_the_pigeonhole_bootstrap_resamples_rows_and_columns():
 def _row(head: str, seed: int, value: float, **extra: object) -> dict[str, object]:
     """One tidy-table row: a frozen SST-2 run of ``head`` with accuracy ``value``."""
     return {
-        "task": "sst2",
-        "encoder": "minilm",
-        "head": head,
-        "head_label": head,
-        "layers": "-1",
-        "freeze": "frozen",
-        "freeze_label": "frozen",
-        "seed": seed,
+        **frozen_sst2_key(head, seed),
         "status": "ok",
         "main_metric": "accuracy",
         "split": "dev",
