@@ -36,7 +36,7 @@ from bench.report.inputs import load_inputs
 from bench.report.readme import experiment_readme
 from bench.results import stats
 from bench.results.collect import tidy
-from bench.results.curves import curve_leaders, curve_points, sized_settings
+from bench.results.curves import curve_leaders, curve_points, leaders_of, sized_settings
 from bench.results.references import load_references
 from bench.results.result_file import with_axes
 from bench.results.tables import build
@@ -607,11 +607,9 @@ def test_the_gpu_curve_preset_plans_and_passes_preflight(tmp_path):
 
 
 def test_the_curve_intervals_beside_holm_are_simultaneous_over_the_curve_family():
-    from bench.report.training_size import curve_leaders_simultaneous
-
     table = stats.normalize_table(_curve_table())
     cells, comparisons = stats.cell_stats(table), stats.compare_heads(table)
-    leaders = curve_leaders_simultaneous(cells, comparisons)
+    leaders = leaders_of(cells, comparisons)
     curve = leaders[leaders["freeze_label"] == "frozen"].set_index("train_size")
     m = int(curve["n_comparisons"].iloc[0])
     means = {key: np.mean(v) for key, v in CURVE.items()}
@@ -636,5 +634,6 @@ def test_the_curve_intervals_beside_holm_are_simultaneous_over_the_curve_family(
     one = change.confidence_interval(0.95)
     assert f"{100 * one.low:.1f} to {100 * one.high:.1f}" not in sentence
     # without the simultaneous columns the sentence gives Holm's p alone, no interval
-    bare = curves_sentence(curve_leaders(table))
+    plain = curve_leaders(table)
+    bare = curves_sentence(plain.drop(columns=[c for c in plain if "_sim_" in c]))
     assert bare is not None and "overtakes `bilstm` by 0.4 points (p = " in bare

@@ -35,7 +35,6 @@ from bench.report.layer_profile import profile_sentence
 from bench.report.readme import what_ran
 from bench.report.selfcheck import selfcheck_sentence
 from bench.report.style import task_title
-from bench.report.training_size import curve_leaders_simultaneous
 from bench.report.variance import variance_sentence
 from bench.results import stats
 from bench.results.calibration import (
@@ -48,6 +47,7 @@ from bench.results.curves import (
     CURVE_KEYS,
     change_verdict,
     changes_text,
+    leaders_of,
     size_key,
     size_range,
     size_text,
@@ -131,9 +131,7 @@ def experiment_finding(source: Path) -> str:
     calibration = calibration_sentence(ctx.inputs.predictions, table=ctx.inputs.table)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
-    curves = curves_sentence(
-        curve_leaders_simultaneous(ctx.cells, ctx.comparisons), ctx.multi_encoder
-    )
+    curves = curves_sentence(leaders_of(ctx.cells, ctx.comparisons), ctx.multi_encoder)
     if curves is not None:  # only experiments with learning curves
         text += f" {curves}"
     variance = variance_sentence(ctx.inputs.table)
@@ -296,11 +294,9 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
     previous one at that size (:func:`bench.results.curves.curve_leaders`).
 
     Args:
-        leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment, with
-            the simultaneous intervals of
-            :func:`bench.report.training_size.curve_leaders_simultaneous` (without them, a
-            change of lead is stated with its Holm p alone: never with the unadjusted
-            interval).
+        leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment (a
+            change of lead is stated with its simultaneous interval where it has one, else
+            with its Holm p alone: never with the unadjusted interval).
         multi_encoder: Whether to name the encoder of each curve.
 
     Returns:

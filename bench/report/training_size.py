@@ -9,7 +9,6 @@ called significant only where the new leader is significantly ahead at that size
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 import bench.report.figures as figures
@@ -26,7 +25,6 @@ from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.curves import (
-    CURVE_KEYS,
     change_verdict,
     changes_text,
     leaders_of,
@@ -36,54 +34,6 @@ from bench.results.curves import (
 )
 
 TITLE = "3. Score by training size (learning curves)"
-
-
-#: The simultaneous intervals :func:`curve_leaders_simultaneous` adds to the leader rows.
-SIMULTANEOUS_COLUMNS = ["margin_sim_low", "margin_sim_high", "change_sim_low", "change_sim_high"]
-
-
-def curve_leaders_simultaneous(cells: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
-    """:func:`bench.results.curves.leaders_of` with each Holm p's simultaneous interval.
-
-    A curve's leader comparisons are Holm-corrected together (every size's leader against
-    each other head); the interval shown beside such a p is the simultaneous one over the
-    same family (:func:`bench.results.stats.holm_all`'s ``sim_low``/``sim_high``:
-    Bonferroni over the curve's ``n_comparisons``), looked up from the same family as the
-    leader rows' own columns.
-
-    Args:
-        cells: :func:`~bench.results.stats.cell_stats` rows.
-        comparisons: :func:`~bench.results.stats.compare_heads` rows of the same table.
-
-    Returns:
-        The leader rows with :data:`SIMULTANEOUS_COLUMNS` (NaN where there is no test).
-    """
-    leaders = leaders_of(cells, comparisons).reset_index(drop=True)
-    found: dict[str, list[float]] = {c: [float("nan")] * len(leaders) for c in SIMULTANEOUS_COLUMNS}
-    for keys, curve in cells.groupby(CURVE_KEYS, sort=True):
-        mask = np.ones(len(comparisons), dtype=bool)
-        mine = np.ones(len(leaders), dtype=bool)
-        for column, value in zip(CURVE_KEYS, keys, strict=True):
-            mask &= (comparisons[column] == value).to_numpy()
-            mine &= (leaders[column] == value).to_numpy()
-        family = stats.leader_comparisons(curve, comparisons[mask]) if mine.any() else None
-        if family is None or family.empty:
-            continue
-        family = stats.holm_all(family)
-        if "sim_low" not in family:
-            continue
-        for i in np.flatnonzero(mine):
-            row = leaders.iloc[i]
-            for prefix, other in (("margin", row["runner_up"]), ("change", row["previous"])):
-                if prefix == "change" and not row["changed"]:
-                    continue
-                pair = family[
-                    (family["train_size"] == row["train_size"]) & (family["head_b"] == other)
-                ]
-                if not pair.empty:
-                    found[f"{prefix}_sim_low"][i] = float(pair.iloc[0]["sim_low"])
-                    found[f"{prefix}_sim_high"][i] = float(pair.iloc[0]["sim_high"])
-    return leaders.assign(**found)
 
 
 def _where(ctx: ReportContext, r: pd.Series) -> str:
@@ -188,7 +138,7 @@ def training_size_section(ctx: ReportContext) -> Section | None:
     curve_points = points_of(ctx.cells)
     if curve_points.empty:
         return None
-    leaders = curve_leaders_simultaneous(ctx.cells, ctx.comparisons)
+    leaders = leaders_of(ctx.cells, ctx.comparisons)
     parts = [
         paragraph(
             "Each head's dev score against the number of training examples, per task, "

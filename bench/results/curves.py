@@ -53,7 +53,19 @@ POINT_COLUMNS = [
     "best_constant",
 ]
 #: The columns of one tested comparison (:func:`_tested`), after its prefix.
-_TESTED = ("", "_t_low", "_t_high", "_n_pairs", "_p", "_p_holm", "_tier", "_significant", "_note")
+_TESTED = (
+    "",
+    "_t_low",
+    "_t_high",
+    "_sim_low",
+    "_sim_high",
+    "_n_pairs",
+    "_p",
+    "_p_holm",
+    "_tier",
+    "_significant",
+    "_note",
+)
 #: Columns of :func:`curve_leaders`: the leader per size, its margin, the change of lead.
 LEADER_COLUMNS = [
     *CURVE_KEYS,
@@ -248,7 +260,9 @@ def leaders_of(
         split last). ``leader_vs_constant``: how the leader's mean stands against
         ``threshold``, its runs' failure threshold (:func:`~bench.results.stats.against_threshold`).
         ``margin``: the leader − the runner-up, paired over seeds, with
-        ``margin_t_low``/``_t_high`` (Student-t interval), ``_n_pairs``, ``_p`` (paired
+        ``margin_t_low``/``_t_high`` (Student-t interval), ``_sim_low``/``_sim_high``
+        (the simultaneous interval beside ``_p_holm``: Bonferroni over the same family,
+        :func:`~bench.results.stats.holm_all`), ``_n_pairs``, ``_p`` (paired
         t-test), ``_p_holm`` (Holm over the curve's ``n_comparisons``: at every size, the
         leader against each other head), ``_tier``, ``_significant`` and ``_note`` (why
         there is no test). ``previous``: the leader at the previous size; ``changed``: the
@@ -296,6 +310,8 @@ def _tested(prefix: str, pair: pd.Series | None, alpha: float) -> dict[str, Any]
         prefix: pair["diff"],
         f"{prefix}_t_low": pair["t_low"],
         f"{prefix}_t_high": pair["t_high"],
+        f"{prefix}_sim_low": pair.get("sim_low", np.nan),
+        f"{prefix}_sim_high": pair.get("sim_high", np.nan),
         f"{prefix}_n_pairs": int(pair["n_pairs"]),
         f"{prefix}_p": pair["p"],
         f"{prefix}_p_holm": p_holm,
