@@ -91,12 +91,31 @@ def test_the_committed_gpu_experiment_names_exactly_its_mixed_settings():
     mrpc = by_setting[("mrpc", "frozen")]
     assert mrpc["last4_concat"] == {"CPU (AVX512)": set(range(1, 11))}
     assert all(set(by) == {"NVIDIA H200"} for h, by in mrpc.items() if h != "last4_concat")
-    assert lines[0] == "MRPC frozen: last4_concat on CPU (AVX512), the other heads on NVIDIA H200"
+
+    def ran(key: tuple[str, str], library: str) -> str:
+        found = {
+            r["versions"][library]
+            for r in cells
+            if (r["cell"]["task"], r["cell"]["freeze_label"]) == key
+        }
+        return " and ".join(sorted(found))
+
+    # the CPU cells ran other library versions than the H200's: the line says which
+    assert " and " in ran(("mrpc", "frozen"), "torch")
+    also = {
+        key: f" (torch {ran(key, 'torch')}, transformers {ran(key, 'transformers')}"
+        + " among its cells)"
+        for key in mixed
+    }
+    assert lines[0] == (
+        "MRPC frozen: last4_concat on CPU (AVX512), the other heads on NVIDIA H200"
+        + also[("mrpc", "frozen")]
+    )
     rte = by_setting[("rte", "frozen")]["last4_concat"]
     assert rte == {"NVIDIA H200": {1, 2, 3, 4, 5}, "CPU (AVX512)": {6, 7, 8, 9, 10}}
     assert lines[1] == (
         "RTE frozen: last4_concat seeds 1-5 on NVIDIA H200 and 6-10 on CPU (AVX512), "
-        "the other heads on NVIDIA H200"
+        "the other heads on NVIDIA H200" + also[("rte", "frozen")]
     )
     caveat = device_caveat(cells, code=True)
     assert caveat is not None and "in these 2 settings" in caveat
@@ -146,6 +165,21 @@ def test_cells_without_a_device_record_are_said_so_and_failed_cells_do_not_count
         "RTE frozen: `bilstm` with no device recorded, `linear` on NVIDIA H200"
     ]
     assert set(devices_by_setting(cells)[("sst2", "minilm", "frozen", WHOLE_SPLIT)]) == {"bilstm"}
+
+
+def test_versions_are_named_only_where_they_differ_within_a_mixed_setting():
+    same = {"torch": "2.13.0", "transformers": "5.24.0"}
+    cells = [
+        {**_record("rte", "linear", 1, H200), "versions": same},
+        {**_record("rte", "bilstm", 1, CPU), "versions": same},
+        {**_record("sst2", "linear", 1, H200), "versions": {**same, "torch": "2.11.0"}},
+        {**_record("sst2", "bilstm", 1, CPU), "versions": same},
+    ]
+    assert device_lines(cells) == [
+        "RTE frozen: bilstm on CPU (AVX2), linear on NVIDIA H200",
+        "SST-2 frozen: bilstm on CPU (AVX2), linear on NVIDIA H200 "
+        "(torch 2.11.0 and 2.13.0 among its cells)",
+    ]
 
 
 def test_a_learning_curve_names_the_size_of_its_mixed_setting():

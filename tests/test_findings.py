@@ -67,6 +67,12 @@ def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
     return winners, significant, len(pvalues)
 
 
+def _best_heads(finding: str) -> str:
+    """The list of best heads of a Findings bullet (after its family, before the counts)."""
+    after = finding.split("Best head by mean, with its verdict against the other heads", 1)[1]
+    return after.split(") — ", 1)[1].split(". The winner", 1)[0]
+
+
 def _best_constants(table: pd.DataFrame) -> dict:
     """The best constant prediction's dev score per (task, freeze), from results.csv alone."""
     main = table[(table.split == "dev") & (table.metric == table.main_metric)]
@@ -115,7 +121,9 @@ def test_the_fair_heads_finding_matches_an_independent_computation():
             assert f"{title[task]} no winner (best `{winner}` {100 * mean:.1f}, not above" in text
         else:
             assert f"{title[task]} `{winner}` {100 * mean:.1f}" in text
-    assert f"runner-up in {significant} of {len(winners)} settings" in text
+    assert (
+        f"in {significant} of {len(winners)} settings and of every other head of its setting"
+    ) in text
     assert f"Holm over all {n_shown} headline comparisons" in text
 
 
@@ -182,6 +190,10 @@ def test_the_holm_count_names_only_the_comparisons_with_a_test():
         "all 2 headline comparisons with a test (1 more had too few paired seeds for one)"
     )
     assert tested_phrase(shown.dropna()) == "all 2 headline comparisons"
+    none = pd.DataFrame({"p": [np.nan] * 6})  # quick: one seed per head, no test anywhere
+    assert tested_phrase(none) == (
+        "no comparison (all 6 headline comparisons had too few paired seeds)"
+    )
 
 
 def test_planned_cells_are_matched_to_results_by_their_path_under_the_sweep():
@@ -224,7 +236,7 @@ def test_a_setting_where_only_some_heads_ran_says_so_where_its_best_head_is_name
     partial = heads[heads < every]
     assert dict(partial) == {("rte", "full"): 2}  # linear and pooler-random only
     winners, _, _ = _verdicts(table)
-    best = gpu_finding.split("Best head by mean — ", 1)[1].split(". The winner", 1)[0]
+    best = _best_heads(gpu_finding)
     for (task, freeze), (winner, mean) in winners.items():
         named = f"{TITLE[task]} `{winner}` {100 * mean:.1f}"
         if (task, freeze) in partial.index:
@@ -356,7 +368,7 @@ def _leader_tests(table: pd.DataFrame) -> dict:
 def test_the_findings_name_the_heads_each_best_head_ties_with(fair_finding):
     table = pd.read_csv(FAIR / "results.csv")
     computed = _leader_tests(table)
-    best = fair_finding.split("Best head by mean — ", 1)[1].split(". The winner", 1)[0]
+    best = _best_heads(fair_finding)
     constant = _best_constants(table)
     for (task, freeze), found in computed["settings"].items():
         winner = found["winner"]

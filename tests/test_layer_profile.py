@@ -15,8 +15,9 @@ from bench.report.inputs import ReportInputs
 from bench.report.layer_profile import profile_section, profile_sentence
 from bench.report.sections import layer_section
 from bench.results import stats
-from bench.results.layer_profile import last_layer_drop, paper_last_drop, profile_rows
+from bench.results.layer_profile import last_layer_drop, profile_rows
 from bench.results.references import load_references
+from bench.results.table7_agreement import paper_last_gap
 from conftest import ROOT
 
 #: Made-up per-seed dev F1 of a linear probe on layers 0..3: layer 2 peaks, 3 falls.
@@ -82,8 +83,8 @@ def test_the_paper_drop_comes_from_references_csv():
     refs = load_references()
     paper = refs[(refs.task == "conll2003") & (refs.split == "dev")].set_index("setting")
     expected = paper.loc["last", "value"] - paper.loc["second_to_last", "value"]
-    assert paper_last_drop(refs) == pytest.approx(float(expected))
-    assert np.isnan(paper_last_drop(refs[refs.task != "conll2003"]))
+    assert paper_last_gap(refs) == pytest.approx(float(expected))
+    assert np.isnan(paper_last_gap(refs[refs.task != "conll2003"]))
 
 
 def test_the_paragraph_says_both_point_the_same_way_only_when_they_do():

@@ -29,7 +29,7 @@ from bench.report.provenance import provenance_section
 from bench.report.selfcheck import check_text, selfcheck_section, selfcheck_sentence
 from bench.results.collect import read_table
 from bench.results.reproduction import compare
-from bench.results.selfcheck_record import RECORD_FILE, read_record, stale_lines
+from bench.results.selfcheck_record import RECORD_FILE, device_name, read_record, stale_lines
 from conftest import ROOT
 
 EXPERIMENT = ROOT / "results" / "fair_heads"
@@ -124,7 +124,11 @@ def test_the_section_shows_the_record_against_the_committed_results(record, ctx)
     assert about["Code of the committed cells"] == ", ".join(record["committed"]["git"])
     kernels = record["today"]["hardware"]["cpu_capability"]
     assert about["Devices"].startswith(f"today on CPU ({kernels})")  # fair_heads: no GPU
-    assert "the committed cells do not record where they trained" in about["Devices"]
+    committed = record["committed"].get("devices") or ["not recorded"]
+    if committed == ["not recorded"]:  # a record written before cells kept their hardware
+        assert "(the committed cells do not record their hardware)" in about["Devices"]
+    else:
+        assert f"the committed cells on {', '.join(committed)}" in about["Devices"]
     assert f"CPU kernels today {kernels}" in about["Devices"]
     assert about["Finished at"] == record["finished_at"]
     assert f"Verdict: {check_text(record, code=False)}" in page.get_text()
@@ -363,3 +367,15 @@ def test_the_gpu_check_names_its_largest_cell_move_beside_the_diluted_mean():
         f"RTE frozen `bilstm` seeds 1-3 moved {100 * own[0]:+.2f}, {100 * own[1]:+.2f} and "
         f"{100 * own[2]:+.2f} points, its {len(values)}-seed mean {100 * shift:+.2f}."
     )
+
+
+def test_a_device_is_a_gpu_a_cpus_kernels_or_said_to_be_unknown():
+    """fair_heads's cells recorded their machine (2 cores, no GPU) before the CPU's kernels
+    were kept: they trained on a CPU, whose kernels are what is not recorded."""
+    assert device_name({"gpu": "NVIDIA H200", "cpu_capability": "AVX512"}) == "NVIDIA H200"
+    assert device_name({"gpu": None, "cpu_capability": "AVX2"}) == "CPU (AVX2)"
+    cells = json.loads((ROOT / "results" / "fair_heads" / "cells.json").read_text())
+    hardware = cells[0]["hardware"]
+    assert hardware["gpu"] is None and "cpu_capability" not in hardware
+    assert device_name(hardware) == "CPU (kernels not recorded)"
+    assert device_name(None) == device_name({}) == "not recorded"

@@ -108,3 +108,35 @@ def test_the_p_value_is_exact_over_every_pairing(n):
     every = [spearmanr(a, np.array(q)).statistic for q in permutations(b)]
     assert p == pytest.approx(np.mean(np.abs(every) >= abs(rho) - 1e-12))
     assert 0 < p <= 1
+
+
+def test_the_last_against_the_second_to_last_is_a_paired_t_test_beside_the_papers_gap():
+    """Our BiLSTM gap (the one the paper's ordering turns on) against scipy, and the paper's
+    gap from references.csv: like for like, both read the layers with a BiLSTM."""
+    from scipy import stats as sps
+
+    from bench.results.table7_agreement import agreement_sentence
+
+    refs = load_references()
+    (a,) = [r for _, r in agreement(_table(F1), refs).iterrows()]
+    last, before = np.array(F1["last"]), np.array(F1["second_to_last"])
+    res = sps.ttest_rel(last, before)
+    ci = res.confidence_interval(0.95)
+    assert a["last_gap"] == pytest.approx(100 * (last - before).mean())
+    assert [a["last_gap_low"], a["last_gap_high"]] == pytest.approx([100 * ci.low, 100 * ci.high])
+    assert a["last_gap_p"] == pytest.approx(res.pvalue) and a["last_gap_n"] == 4
+    paper = refs[(refs.task == "conll2003") & (refs.split == "dev")].set_index("setting")
+    gap = float(paper.loc["last", "value"] - paper.loc["second_to_last", "value"])
+    assert a["paper_last_gap"] == pytest.approx(gap)
+    text = agreement_sentence(a)
+    assert f"ours {100 * (last - before).mean():+.1f} points (95% t-interval" in text
+    assert f"4 paired seeds, paired t-test p = {res.pvalue:.2g}), BERT-base's {gap:+.1f}" in text
+
+
+def test_without_both_rows_there_is_no_gap():
+    from bench.results.table7_agreement import agreement_sentence
+
+    f1 = {k: v for k, v in F1.items() if k != "last"}
+    (a,) = [r for _, r in agreement(_table(f1), load_references()).iterrows()]
+    assert np.isnan(a["last_gap"]) and a["last_gap_n"] == 0
+    assert "second-to-last" not in agreement_sentence(a)

@@ -189,23 +189,41 @@ def test_heads_table_content():
         "Majority-class baseline: 50.0 (these results record no best constant prediction: "
         "runs at or below the baseline count as failed)."
     )
-    assert any("Holm-adjusted" in n and "3 head comparisons" in n for n in sst2.notes)
+    assert any("Holm-adjusted over all 6 headline comparisons" in n for n in sst2.notes)
     stsb = next(t for t in doc.tables if t.title == "stsb — minilm")
     assert stsb.notes[0] == tables.NO_BASELINE
 
 
 def test_the_heads_note_shows_the_simultaneous_interval_of_its_holm_family():
-    """bilstm − linear, frozen SST-2, 3 paired seeds, Holm over 3: the interval is scipy's
-    paired t-interval at confidence 1 − 0.05/3, so it excludes 0 only where Holm can reject.
+    """bilstm − linear, frozen SST-2, 3 paired seeds. The note's family is the headline's:
+    each setting's best head against each other head of its setting, every table together.
+    Here: SST-2 frozen (bilstm vs linear, pooler-random) and full (pooler-random vs linear,
+    bilstm), CoNLL-2003 frozen (concat_last4 vs -2 and embeddings; vs last the differences
+    are constant: no test): m = 6. The interval is scipy's paired t-interval at 1 − 0.05/6,
+    Holm's p is checked by hand, and the family is named in the note.
     """
     doc = tables.build(small_results(), "heads")
     sst2 = next(t for t in doc.tables if t.title == "sst2 — minilm")
     note = next(n for n in sst2.notes if n.startswith("frozen: bilstm − linear"))
     bilstm, linear = np.array([0.76, 0.77, 0.75]), np.array([0.70, 0.72, 0.71])
-    ci = scipy.stats.ttest_rel(bilstm, linear).confidence_interval(confidence_level=1 - 0.05 / 3)
-    expected = f"Bonferroni: +{100 * ci.low:.1f} to +{100 * ci.high:.1f})"
-    assert "simultaneous 95% t-interval over the 3 head comparisons" in note
+    m = 6
+    test = scipy.stats.ttest_rel(bilstm, linear)
+    ci = test.confidence_interval(confidence_level=1 - 0.05 / m)
+    assert ci.low < 0 < ci.high
+    expected = f"Bonferroni: −{-100 * ci.low:.1f} to +{100 * ci.high:.1f};"
+    assert f"simultaneous 95% t-interval over all {m} headline comparisons" in note
     assert expected in note
+    others = [  # the other five p-values of the family
+        scipy.stats.ttest_rel([0.76, 0.77, 0.75], [0.69, 0.50, 0.70]).pvalue,
+        scipy.stats.ttest_rel([0.83, 0.84], [0.80, 0.82]).pvalue,
+        scipy.stats.ttest_rel([0.83, 0.84], [0.81, 0.80]).pvalue,
+        scipy.stats.ttest_rel([0.915, 0.925], [0.905, 0.905]).pvalue,
+        scipy.stats.ttest_rel([0.915, 0.925], [0.80, 0.82]).pvalue,
+    ]
+    ranked = sorted([test.pvalue, *others])
+    holm = max(min(1.0, (m - i) * p) for i, p in enumerate(ranked[: ranked.index(test.pvalue) + 1]))
+    assert f"Holm-adjusted over all {m} headline comparisons: p = {holm:.3g} (n.s.)" in note
+    assert any(f"all {m} headline comparisons" in n for n in doc.notes)
 
 
 def test_glue_reference_and_delta_use_the_reference_metric():

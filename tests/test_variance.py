@@ -15,10 +15,22 @@ from test_axes import _result
 from bench.report import build_report
 from bench.report.context import build_context
 from bench.report.inputs import load_inputs
+from bench.report.style import task_title
 from bench.report.variance import variance_section, variance_sentence
 from bench.results.collect import collect, read_table, tidy
-from bench.results.crossed import complete_grid, two_way
-from bench.results.variance import failure_origin, variance_table
+from bench.results.crossed import complete_grid, grid_of, two_way
+from bench.results.variance import (
+    CROSSED,
+    FROM_SEED,
+    NOT_CROSSED,
+    ONE_ORDER,
+    ORDER_IS_SEED,
+    failure_origin,
+    order_design,
+    order_designs,
+    variance_table,
+)
+from bench.results.variance import crossed as crossed_runs
 from conftest import ROOT
 
 
@@ -191,7 +203,8 @@ def test_the_report_shows_the_decomposition_and_findings_say_it(tmp_path):
     sentence = variance_sentence(read_table(tmp_path / "results"))
     assert sentence is not None
     assert "4 initialisations × 4 batch orders" in sentence
-    assert "failures that come from initialisation: `linear` on SST-2" in sentence
+    assert "from initialisation: `linear` on SST-2" in sentence
+    assert "from batch order" not in sentence and "not separable" not in sentence
 
 
 def test_no_crossed_seeds_no_section(tmp_path):
@@ -214,7 +227,7 @@ def test_order_seed_equal_to_seed_gives_one_sentence_not_an_empty_grid(tmp_path)
     grid = {(h, s, s): 0.8 + 0.01 * s for h in ("linear", "bilstm") for s in range(1, 5)}
     _crossed_sweep(tmp_path / "runs", grid)
     collect([tmp_path / "runs"], tmp_path / "results")
-    assert not variance_table(read_table(tmp_path / "results")).empty  # rows with 0×4 grids
+    assert variance_table(read_table(tmp_path / "results")).empty  # no grid, so no row
     section, soup = _section_text(tmp_path / "results")
     assert soup.find("table") is None and soup.find("figure") is None
     (para,) = soup.find_all("p")
@@ -249,3 +262,93 @@ def test_the_committed_uncrossed_experiment_shows_no_empty_grid():
     section, soup = _section_text(ROOT / "results" / "fair_heads_gpu")
     assert soup.find("table") is None and "0×" not in section.body
     assert "cannot be separated" in soup.get_text()
+
+
+def _runs(pairs, head="linear"):
+    """run_values-like rows of one setting: one run per (seed, order_seed)."""
+    return pd.DataFrame(
+        [
+            {"task": "sst2", "encoder": "minilm", "head_label": head, "freeze_label": "frozen"}
+            | {"train_size": 0, "seed": s, "order_seed": o, "value": 0.8, "failed": False}
+            for s, o in pairs
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("pairs", "design"),
+    [
+        ([(s, o) for s in (1, 2, 3) for o in (1, 2)], CROSSED),
+        ([(s, s) for s in range(1, 11)], ORDER_IS_SEED),  # fair_heads_gpu: order_seed = seed
+        ([(s, -1) for s in range(1, 6)], FROM_SEED),  # fair_heads: the seed draws the order
+        ([(s, 7) for s in (1, 2, 3)], ONE_ORDER),
+        ([(1, 1), (1, 2), (2, 3), (2, 4)], NOT_CROSSED),  # two orders each, none shared
+        ([(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)], CROSSED),  # a 2 × 2 grid after the gap
+    ],
+)
+def test_a_design_is_crossed_only_where_its_runs_form_a_grid(pairs, design):
+    """One definition: crossed ⇔ grid_of finds a complete ≥ 2 × 2 grid in the runs."""
+    runs = _runs(pairs)
+    assert order_design(runs) == design
+    ones = pd.Series(1.0, index=pd.MultiIndex.from_tuples(pairs, names=["seed", "order_seed"]))
+    own = ones[ones.index.get_level_values("order_seed") != -1]
+    assert (design == CROSSED) == (grid_of(own) is not None if len(own) else False)
+    assert (design == CROSSED) == (not crossed_runs(runs).empty)
+    (row,) = order_designs(runs).to_dict("records")
+    assert row["design"] == design and row["n_seeds"] == len({s for s, _ in pairs})
+
+
+VARIANCE_SEEDS = ROOT / "results" / "variance_seeds"
+
+
+@pytest.mark.skipif(not (VARIANCE_SEEDS / "results.parquet").is_file(), reason="not run")
+def test_every_failure_origin_of_the_committed_crossed_study_is_named():
+    """The Findings sentence names each head under the origin an independent F test gives.
+
+    From results.parquet alone: each head's 0/1 failure grid (seed × order seed; a run
+    fails when not ok or at or below the best constant prediction), its two-way F tests by
+    dummy regressions (:func:`_anova_by_regression`), and the origin they decide.
+    """
+    raw = pd.read_parquet(VARIANCE_SEEDS / "results.parquet")
+    main = raw[(raw["split"] == "dev") & (raw["metric"] == raw["main_metric"])]
+    main = main.assign(
+        fail=(main["status"] != "ok") | (main["value"] <= main["best_constant"] + 1e-6)
+    )
+    expected: dict[str, set[tuple[str, str]]] = {}
+    failing = 0
+    table = variance_table(read_table(VARIANCE_SEEDS)).set_index(["task", "head_label"])
+    for (task, head), rows in main.groupby(["task", "head_label"]):
+        x = rows.pivot_table(index="seed", columns="order_seed", values="fail").to_numpy(float)
+        assert x.shape[0] >= 2 and x.shape[1] >= 2 and not np.isnan(x).any()
+        failing += bool(x.any())
+        if not x.any() or x.all():
+            continue
+        ref = _anova_by_regression(x)
+        assert np.isfinite(ref["p_rows"]) and np.isfinite(ref["p_cols"])
+        got = table.loc[(task, head)]
+        assert got["fail_p_init"] == pytest.approx(ref["p_rows"], rel=1e-9)
+        assert got["fail_p_order"] == pytest.approx(ref["p_cols"], rel=1e-9)
+        n_rows, n_cols = x.shape
+        ms_resid = ref["ss_resid"] / ((n_rows - 1) * (n_cols - 1))
+        init = ref["p_rows"] < 0.05 and ref["ss_rows"] / (n_rows - 1) > ms_resid
+        order = ref["p_cols"] < 0.05 and ref["ss_cols"] / (n_cols - 1) > ms_resid
+        words = {
+            (True, True): "from both initialisation and batch order",
+            (True, False): "from initialisation",
+            (False, True): "from batch order",
+            (False, False): "not separable",
+        }[(init, order)]
+        expected.setdefault(words, set()).add((head, task_title(task)))
+    assert len(expected) >= 2  # the sentence must name more than one origin here
+    sentence = variance_sentence(read_table(VARIANCE_SEEDS))
+    assert sentence is not None
+    assert f"; {failing} of {main.groupby(['task', 'head_label']).ngroups} head settings had " in (
+        sentence
+    )
+    named: dict[str, set[tuple[str, str]]] = {}
+    for part in sentence.rstrip(".").split(" — ", 1)[1].split("; "):
+        words, places = part.split(": ", 1)
+        for place in places.split(" and "):
+            heads, where = place.rsplit(" on ", 1)
+            named.setdefault(words, set()).update((h.strip("` "), where) for h in heads.split(","))
+    assert named == expected

@@ -242,8 +242,9 @@ def describe_selection(budget: Budget) -> str:
             if budget.carve == "first"
             else ""
         )
+        chosen = "epoch" if budget.search == "none" else "epoch and trial"  # no trial to choose
         return (
-            f"epoch and trial chosen on {size} held out from train{first} (never on the "
+            f"{chosen} chosen on {size} held out from train{first} (never on the "
             "reported split, which is scored once per selected model)"
         )
     return (

@@ -11,7 +11,7 @@ from bench.report.inputs import ReportInputs
 from bench.report.style import Palette
 from bench.results import stats
 from bench.results.curves import freeze_text, size_key, sized_settings
-from bench.results.tables import METRIC_NAMES
+from bench.results.tables import METRIC_NAMES, interval_text
 
 
 @dataclass
@@ -136,8 +136,12 @@ def points(value: float, digits: int = 1) -> str:
 
 
 def interval(low: float, high: float) -> str:
-    """An interval of [0, 1] scores as points ×100 (``81.0 to 83.5``); ``–`` when undefined."""
-    return f"{points(low)} to {points(high)}" if pd.notna(low) and pd.notna(high) else "–"
+    """An interval of [0, 1] scores as points ×100 (``81.0 to 83.5``); ``–`` when undefined.
+
+    An end that rounds to ±0.0 keeps two significant digits (``0.044 to 0.6``):
+    :func:`bench.results.tables.interval_text`, the one formatter of every interval.
+    """
+    return interval_text(low, high)
 
 
 def pvalue(value: float) -> str:

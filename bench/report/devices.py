@@ -26,6 +26,9 @@ from bench.results.selfcheck_record import device_name
 Setting = tuple[str, str, str, int]
 #: What ``device_name`` says of a cell that did not record its hardware.
 NOT_RECORDED = "not recorded"
+#: Libraries that compute the numbers: where a mixed setting's cells ran different versions
+#: of one, its device line names them too (another device usually brings other versions).
+NUMERIC_LIBRARIES = ("torch", "transformers")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,39 @@ def devices_by_setting(
         setting: {head: {d: sorted(s) for d, s in by.items()} for head, by in heads.items()}
         for setting, heads in found.items()
     }
+
+
+def versions_by_setting(cells: Iterable[dict[str, Any]]) -> dict[Setting, dict[str, set[str]]]:
+    """Per setting, per library of :data:`NUMERIC_LIBRARIES`: the versions its cells ran.
+
+    Only finished cells count, as in :func:`devices_by_setting`; a cell without a version
+    record adds nothing.
+
+    Args:
+        cells: ``cells.json`` records (``cell`` and ``versions``).
+
+    Returns:
+        ``{setting: {library: versions}}``.
+    """
+    found: dict[Setting, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for record in cells:
+        if not isinstance(record, dict) or record.get("status", "ok") != "ok":
+            continue
+        versions = record.get("versions") or {}
+        for library in NUMERIC_LIBRARIES:
+            if versions.get(library):
+                found[_setting(record)][library].add(str(versions[library]))
+    return {setting: dict(by) for setting, by in found.items()}
+
+
+def versions_text(versions: dict[str, set[str]]) -> str:
+    """The libraries whose versions differ, e.g. ``torch 2.11.0 and 2.13.0+cpu``; "" if none."""
+    parts = [
+        f"{library} {' and '.join(sorted(versions[library]))}"
+        for library in NUMERIC_LIBRARIES
+        if len(versions.get(library, ())) > 1
+    ]
+    return ", ".join(parts)
 
 
 def mixed_settings(cells: Iterable[dict[str, Any]]) -> list[MixedSetting]:
@@ -185,9 +221,17 @@ def device_lines(cells: Iterable[dict[str, Any]], code: bool = False) -> list[st
 
     Returns:
         Lines such as ``MRPC frozen: last4_concat on CPU (AVX512), the other heads on
-        NVIDIA H200``.
+        NVIDIA H200 (torch 2.11.0 and 2.13.0+cpu among its cells)``: the libraries of
+        :data:`NUMERIC_LIBRARIES` whose versions differ within the setting are named too.
     """
-    return [f"{m.name}: {describe_devices(m.heads, code)}" for m in mixed_settings(cells)]
+    cells = list(cells)
+    versions = versions_by_setting(cells)
+    lines = []
+    for m in mixed_settings(cells):
+        line = f"{m.name}: {describe_devices(m.heads, code)}"
+        differ = versions_text(versions.get(m.setting, {}))
+        lines.append(line + (f" ({differ} among its cells)" if differ else ""))
+    return lines
 
 
 def device_caveat(cells: Iterable[dict[str, Any]], code: bool = False) -> str | None:
@@ -208,6 +252,7 @@ def device_caveat(cells: Iterable[dict[str, Any]], code: bool = False) -> str | 
     which = "this setting" if n == 1 else f"these {n} settings"
     return (
         f"Not the same device for every head: in {which} the heads compared trained on "
-        "different devices, and a cell trained again on another device need not give the "
-        "same score, so a win there may be the device's: " + "; ".join(lines) + "."
+        "different devices (with different library versions where named), and a cell "
+        "trained again on another device need not give the same score, so a win there may "
+        "be the device's: " + "; ".join(lines) + "."
     )

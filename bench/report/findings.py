@@ -25,6 +25,7 @@ from bench.report.headline import (
     headline_comparisons,
     headline_frame,
     holm_beyond_bonferroni,
+    lead_count_text,
     setting_ties,
     simultaneous_words,
     test_words,
@@ -51,9 +52,11 @@ from bench.results.curves import (
     size_key,
     size_range,
     size_text,
+    with_headline,
 )
 from bench.results.predictions import read_predictions
 from bench.results.stats import SETTING_KEYS
+from bench.results.tables import interval_text
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,20 +107,21 @@ def experiment_finding(source: Path) -> str:
         winners.append(f"{freeze}: {per_task}")
     clear = frame[frame["significant"] & has_winner(frame)]
     partial = int((frame["n_heads"] < every).sum())
+    family = f"{test_words(frame)}, Holm over {tested_phrase(shown)}"
+    counts = lead_count_text(frame, shown, f"{family}; a tier marks those", code=True)
     text = (
-        f"- **`{name}`** ({what_ran(ctx)}) Best head by mean — " + "; ".join(winners) + ". "
-        f"The winner is significantly ahead of the runner-up in {len(clear)} of {len(frame)} "
-        f"settings ({test_words(frame)}, Holm over {tested_phrase(shown)}; a tier marks "
-        "those)"
+        f"- **`{name}`** ({what_ran(ctx)}) Best head by mean, with its verdict against the "
+        f"other heads of its setting ({family}) — " + "; ".join(winners) + ". "
+        f"{counts[0].upper()}{counts[1:]}"
     )
     if not clear.empty:
         top = clear.sort_values("margin", ascending=False).iloc[0]
         text += (
-            f"; the largest such margin: {task_title(top['task'])} {top['freeze_shown']}, "
-            f"`{top['winner']}` over `{top['runner_up']}` by {points(top['margin'])} "
-            f"{short_metric(top['metric'])} points "
+            f"; the largest margin over a runner-up: {task_title(top['task'])} "
+            f"{top['freeze_shown']}, `{top['winner']}` over `{top['runner_up']}` by "
+            f"{points(top['margin'])} {short_metric(top['metric'])} points "
             f"({simultaneous_words(int(top['n_comparisons']))}: "
-            f"{points(top['sim_low'])} to {points(top['sim_high'])}; "
+            f"{interval_text(top['sim_low'], top['sim_high'])}; "
             f"Holm's p = {pvalue(top['p_holm'])}{holm_beyond_bonferroni(top)})"
         )
     text += "."
@@ -131,7 +135,7 @@ def experiment_finding(source: Path) -> str:
     calibration = calibration_sentence(ctx.inputs.predictions, table=ctx.inputs.table)
     if calibration is not None:  # only results whose predictions carry probabilities
         text += f" {calibration}"
-    curves = curves_sentence(leaders_of(ctx.cells, ctx.comparisons), ctx.multi_encoder)
+    curves = curves_sentence(leaders_of(ctx.cells, ctx.comparisons), ctx.multi_encoder, shown)
     if curves is not None:  # only experiments with learning curves
         text += f" {curves}"
     variance = variance_sentence(ctx.inputs.table)
@@ -258,52 +262,114 @@ def _below_constant(curve: pd.DataFrame) -> str:
     return f"no leader's mean beats the best constant prediction at {sizes}"
 
 
+def _sizes(sizes: list[object]) -> str:
+    """Training sizes in words: ``100 examples``, ``100 examples and 2,000 examples``."""
+    listed = [size_text(size) for size in sizes]
+    return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+
+
+def curve_family(m: int) -> str:
+    """A curve's Holm family in words: ``Holm over this curve's 24 comparisons``."""
+    if m == 1:
+        return "no correction (this curve's only comparison)"
+    return f"Holm over this curve's {m} comparisons"
+
+
+def _headline_disagrees(rows: pd.DataFrame, prefix: str, what: str) -> str:
+    """Where the headline's family gives another verdict than a curve's, in words.
+
+    Args:
+        rows: :func:`bench.results.curves.with_headline` rows of one curve.
+        prefix: ``margin`` (leader − runner-up) or ``change`` (leader − previous leader).
+        what: The comparison in words (``lead``, ``change of lead``).
+
+    Returns:
+        ``over all 56 headline comparisons the lead at 2,000 examples is a tie`` (or
+        ``... are ties``, ``... is significant``), ``""`` where they agree.
+    """
+    if "headline_comparisons" not in rows or rows["headline_comparisons"].isna().all():
+        return ""
+    tested = rows[rows[f"{prefix}_significant_all"].notna()]
+    curve = tested[f"{prefix}_significant"].astype(bool)
+    headline = tested[f"{prefix}_significant_all"].astype(bool)
+    m = int(rows["headline_comparisons"].dropna().iloc[0])
+    parts = []
+    for verdict, differ in (("a tie", curve & ~headline), ("significant", ~curve & headline)):
+        sizes = tested[differ]["train_size"].tolist()
+        if sizes:
+            noun = what if len(sizes) == 1 else what + "s"
+            verb = "is" if len(sizes) == 1 else "are"
+            shown = verdict if len(sizes) == 1 or verdict != "a tie" else "ties"
+            parts.append(f"the {noun} at {_sizes(sizes)} {verb} {shown}")
+    if not parts:
+        return ""
+    return f"over all {m} headline comparisons " + " and ".join(parts)
+
+
 def _lead_ties(curve: pd.DataFrame) -> str:
-    """Where a curve's leader is significantly ahead of its runner-up, in brackets.
+    """Where a curve's leader is significantly ahead of its runner-up, naming the family.
 
     A leader by mean that the curve's own test (paired t-test, Holm over the curve's leader
     comparisons) does not put ahead of its runner-up ties with it there; sizes with a
-    single head are not counted.
+    single head are not counted. Where the headline's family (every setting's comparisons
+    together, :func:`bench.results.curves.with_headline`) gives a size another verdict,
+    that is said too.
 
     Args:
-        curve: :func:`bench.results.curves.curve_leaders` rows of one curve.
+        curve: :func:`bench.results.curves.curve_leaders` rows of one curve (with
+            :func:`bench.results.curves.with_headline`'s columns, where known).
 
     Returns:
-        ``at no size significantly ahead of its runner-up: a tie at every size``,
-        ``significantly ahead of its runner-up only at 100 examples, tied at the other
-        sizes`` or ``""`` when the leader is significantly ahead at every size with a
-        runner-up.
+        ``with Holm over this curve's 20 comparisons, at no size significantly ahead of its
+        runner-up: a tie at every size``, ``with Holm over this curve's 24 comparisons,
+        significantly ahead of its runner-up only at 100 examples and 2,000 examples, tied
+        at the other sizes; over all 56 headline comparisons the lead at 2,000 examples is
+        a tie``, ``with ..., significantly ahead of its runner-up at every size``, or
+        ``""`` when no size has a runner-up.
     """
     compared = curve[curve["runner_up"].apply(lambda v: isinstance(v, str))]
     if compared.empty:
         return ""
     ahead = compared[compared["margin_significant"].astype(bool)]
     if len(ahead) == len(compared):
-        return ""
-    if ahead.empty:
-        return "at no size significantly ahead of its runner-up: a tie at every size"
-    sizes = [size_text(size) for size in ahead["train_size"]]
-    listed = sizes[0] if len(sizes) == 1 else ", ".join(sizes[:-1]) + " and " + sizes[-1]
-    return f"significantly ahead of its runner-up only at {listed}, tied at the other sizes"
+        text = "significantly ahead of its runner-up at every size"
+    elif ahead.empty:
+        text = "at no size significantly ahead of its runner-up: a tie at every size"
+    else:
+        text = (
+            f"significantly ahead of its runner-up only at {_sizes(ahead['train_size'].tolist())}"
+            ", tied at the other sizes"
+        )
+    family = curve_family(int(compared["n_comparisons"].iloc[0]))
+    other = _headline_disagrees(compared, "margin", "lead")
+    return f"with {family}, {text}" + (f"; {other}" if other else "")
 
 
-def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str | None:
+def curves_sentence(
+    leaders: pd.DataFrame, multi_encoder: bool = False, shown: pd.DataFrame | None = None
+) -> str | None:
     """One sentence on learning curves: the leader per curve, and each change of lead.
 
     A change is called significant only when the new leader is significantly ahead of the
-    previous one at that size (:func:`bench.results.curves.curve_leaders`).
+    previous one at that size (:func:`bench.results.curves.curve_leaders`). Every verdict
+    names its family, the curve's own comparisons; where the headline's family gives the
+    same comparison another verdict, the sentence says so.
 
     Args:
         leaders: :func:`bench.results.curves.curve_leaders` rows of one experiment (a
             change of lead is stated with its simultaneous interval where it has one, else
             with its Holm p alone: never with the unadjusted interval).
         multi_encoder: Whether to name the encoder of each curve.
+        shown: The headline's comparisons
+            (:func:`bench.report.headline.headline_comparisons`), to compare verdicts
+            with; None: not compared.
 
     Returns:
         The sentence, or None when no setting ran at two or more training sizes.
     """
     if leaders.empty:
         return None
+    leaders = with_headline(leaders, shown)
     curves: list[str] = []
     changes: list[str] = []
     for (task, encoder, freeze), curve in leaders.groupby(CURVE_KEYS, sort=True):
@@ -321,18 +387,22 @@ def curves_sentence(leaders: pd.DataFrame, multi_encoder: bool = False) -> str |
             curves.append(f"{name}: " + ", then ".join(_led(*run) for run in runs))
         notes = [note for note in (_lead_ties(curve), _below_constant(curve)) if note]
         curves[-1] += f" ({'; '.join(notes)})" if notes else ""
+        family = curve_family(int(curve["n_comparisons"].iloc[0]))
         for _, r in curve[curve["changed"].astype(bool)].iterrows():
             if pd.notna(r["change_p_holm"]):
                 tier = r["change_tier"] if r["change_significant"] else "not significant"
-                shown = (
-                    f"simultaneous 95% interval {points(r['change_sim_low'])} to "
-                    f"{points(r['change_sim_high'])}, "
+                shown_interval = (
+                    "simultaneous 95% interval "
+                    f"{interval_text(r['change_sim_low'], r['change_sim_high'])}, "
                     if pd.notna(r.get("change_sim_low"))
                     else ""
                 )
+                other = _headline_disagrees(curve.loc[[r.name]], "change", "change of lead")
                 detail = (
-                    f"by {points(r['change'])} points ({shown}"
-                    f"p = {pvalue(r['change_p_holm'])}, {tier})"
+                    f"by {points(r['change'])} points ({shown_interval}"
+                    f"{family}: p = {pvalue(r['change_p_holm'])}, {tier}"
+                    + (f"; {other}" if other else "")
+                    + ")"
                 )
             else:
                 detail = f"({change_verdict(r)})"

@@ -26,7 +26,6 @@ from bench.report.budget import (
 from bench.report.context import (
     ReportContext,
     constant_cell,
-    interval,
     points,
     pvalue,
     short_metric,
@@ -40,6 +39,12 @@ from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.curves import freeze_text
 from bench.results.stats import ALPHA
+from bench.results.tables import (
+    interval_text,
+    paired_runs_text,
+    paired_test_name,
+    unequal_seeds_text,
+)
 
 #: One verdict: a task × encoder × freezing strategy × training size.
 SETTING = stats.SETTING_KEYS
@@ -54,8 +59,10 @@ HEADLINE_COLUMNS = [
     "winner_t_high",
     "winner_failed",
     "winner_runs",
+    "winner_n",
     "runner_up",
     "runner_mean",
+    "runner_n",
     "margin",
     "ci_low",
     "ci_high",
@@ -64,12 +71,14 @@ HEADLINE_COLUMNS = [
     "sim_confidence",
     "n_pairs",
     "design",
+    "unequal_seeds",
     "p",
     "p_holm",
     "n_comparisons",
     "tier",
     "significant",
     "tied",
+    "untested",
     "best_constant",
     "baseline",
     "threshold",
@@ -110,7 +119,11 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
         :func:`bench.results.stats.simultaneous_interval`), the one shown beside
         ``p_holm``; ``p`` the paired
         t-test, ``p_holm`` Holm over all ``n_comparisons`` headline comparisons; ``tied``
-        the heads not significantly below the winner (comma-separated); ``vs_constant``
+        the heads tested and not significantly below the winner, ``untested`` those
+        without a test (comma-separated, :func:`setting_ties`); ``winner_n``/``runner_n``
+        the runs with a score of each, and ``unequal_seeds`` what the two average on the
+        runs they share where that is fewer than either has
+        (:func:`bench.results.tables.unequal_seeds_text`, ``""`` otherwise); ``vs_constant``
         how the winner's mean stands against ``threshold``, its runs' failure threshold
         (:func:`bench.results.stats.against_threshold`): a setting whose best mean is
         :data:`~bench.results.stats.NOT_ABOVE` it has no winner (:func:`has_winner`).
@@ -133,8 +146,10 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             winner_t_high=best["t_high"],
             winner_failed=int(best["n_failed"]),
             winner_runs=int(best["n_runs"]),
+            winner_n=int(best["n"]),
             runner_up=None,
             runner_mean=np.nan,
+            runner_n=0,
             margin=np.nan,
             ci_low=np.nan,
             ci_high=np.nan,
@@ -143,12 +158,14 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             sim_confidence=np.nan,
             n_pairs=0,
             design="",
+            unequal_seeds="",
             p=np.nan,
             p_holm=np.nan,
             n_comparisons=0,
             tier="",
             significant=False,
             tied="",
+            untested="",
             best_constant=best["best_constant"],
             baseline=best["baseline"],
             threshold=best["threshold"],
@@ -157,12 +174,16 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
         )
         if len(ranked) > 1:
             runner = ranked.iloc[1]
-            row.update(runner_up=runner["head_label"], runner_mean=runner["mean"])
+            row.update(
+                runner_up=runner["head_label"],
+                runner_mean=runner["mean"],
+                runner_n=int(runner["n"]),
+            )
             mine = shown
             for column, value in zip(SETTING, keys, strict=True):
                 mine = mine[mine[column] == value]
-            tied = mine[~mine["ahead"].astype(bool)]["head_b"]
-            row["tied"] = ", ".join(str(h) for h in tied)
+            tied, untested = setting_ties(shown, row)
+            row.update(tied=", ".join(tied), untested=", ".join(untested))
             pair = mine[mine["head_b"] == runner["head_label"]]
             if pair.empty or int(pair.iloc[0]["n_pairs"]) == 0:
                 row["reason"] = "no seed that both heads completed"
@@ -177,6 +198,7 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
                     sim_confidence=r.get("sim_confidence", np.nan),
                     n_pairs=int(r["n_pairs"]),
                     design=r["design"] if isinstance(r.get("design"), str) else "",
+                    unequal_seeds=unequal_seeds_text(r, int(best["n"]), int(runner["n"])),
                     p=r["p"],
                     p_holm=r["p_holm_all"],
                     n_comparisons=int(r["n_comparisons_all"]),
@@ -276,11 +298,18 @@ def _opening(r: pd.Series, where: str, mean: str) -> tuple[str, str]:
 
 
 def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
-    """The plain-words verdict of one setting."""
+    """The plain-words verdict of one setting.
+
+    The margin over the runner-up is stated with its simultaneous interval and Holm's p,
+    each naming the family they are adjusted over (:func:`margin_evidence`); a paired
+    margin over fewer runs than either head has says what the two average on the runs
+    they share (the means beside it are over all of each head's runs); a winner that
+    beats its runner-up but not every other head names those it is not shown to beat.
+    """
     where = task_title(r["task"]) + (f" ({r['encoder']})" if multi_encoder else "")
     where += f", {r['freeze_shown']}"
     unit = short_metric(r["metric"])
-    spread = interval(r["winner_t_low"], r["winner_t_high"])
+    spread = interval_text(r["winner_t_low"], r["winner_t_high"])
     mean = f"{points(r['winner_mean'])} {unit} (95% t-interval {spread})"
     opening, link = _opening(r, where, mean)
     if not isinstance(r["runner_up"], str):
@@ -301,8 +330,8 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
         gap = r["winner_mean"] - r["runner_mean"]
         text = (
             f"{opening}{link} {r['runner_up']} by {points(gap)} points over all their runs, "
-            f"but on the {_paired_runs(r)} that both completed it is behind by "
-            f"{points(-r['margin'])} points ({margin_evidence(r)})."
+            f"but on the {paired_runs_text(r['n_pairs'], r['design'])} that both completed "
+            f"it is behind by {points(-r['margin'])} points ({margin_evidence(r)})."
         )
         return text + _failures(r)
     else:
@@ -314,10 +343,39 @@ def headline_sentence(r: pd.Series, multi_encoder: bool) -> str:
             text += f", {r['tier']}{holm_beyond_bonferroni(r)})."
         else:
             text += ", not significant)."
+    return text + _tie_text(r) + _failures(r)
+
+
+def _tie_text(r: pd.Series) -> str:
+    """After a verdict: the other heads its winner is not shown to beat, and by which test.
+
+    Args:
+        r: A :func:`headline_frame` row (``tied``, ``untested``, ``significant``,
+            ``n_comparisons``, ``design``).
+
+    Returns:
+        `` Not distinguishable from the winner (...): a, b.``, prefixed with what it does
+        beat where it beats the runner-up; ``""`` when it beats every other head.
+    """
+    untested = r.get("untested")
+    untested = untested if isinstance(untested, str) else ""
+    if not r["tied"] and not untested:
+        return ""
+    m = int(r["n_comparisons"])
+    family = f"Holm over the same {m}" if m > 1 else "no correction: one comparison"
+    best = "the winner" if r["vs_constant"] != stats.NOT_ABOVE else r["winner"]
+    text = ""
     if r["tied"]:
-        best = "the winner" if r["vs_constant"] != stats.NOT_ABOVE else r["winner"]
-        text += f" Not distinguishable from {best}: {r['tied']}."
-    return text + _failures(r)
+        lead = (
+            f" It beats its runner-up but not every other head: still not distinguishable "
+            f"from {best}"
+            if r["significant"]
+            else f" Not distinguishable from {best}"
+        )
+        text += f"{lead} ({_test_name(r)}, {family}): {r['tied']}."
+    if untested:
+        text += f" Not tested against {best} (no test on their paired seeds): {untested}."
+    return text
 
 
 def simultaneous_words(m: int) -> str:
@@ -350,7 +408,7 @@ def margin_evidence(r: pd.Series) -> str:
     m = int(r["n_comparisons"])
     family = f"the same {m}" if m > 1 else "that one"
     return (
-        f"{simultaneous_words(m)}: {interval(r['sim_low'], r['sim_high'])}; "
+        f"{simultaneous_words(m)}: {interval_text(r['sim_low'], r['sim_high'])}; "
         f"{_test_name(r)}, Holm over {family}: p = {pvalue(r['p_holm'])}"
     )
 
@@ -372,19 +430,18 @@ def holm_beyond_bonferroni(r: pd.Series) -> str:
 
 
 def _paired_runs(r: pd.Series) -> str:
-    """``10 paired seeds``, or for crossed runs ``25 paired runs (5 seeds × 5 orders)``."""
-    design = r.get("design")
-    if isinstance(design, str) and design:
-        return f"{int(r['n_pairs'])} paired runs ({design}, crossed)"
-    return f"{int(r['n_pairs'])} paired seeds"
+    """``10 paired seeds`` or ``25 paired runs (5 seeds × 5 orders, crossed)``.
+
+    With what the two heads average on them where that is fewer runs than either has.
+    """
+    text = paired_runs_text(r["n_pairs"], r.get("design"))
+    unequal = r.get("unequal_seeds")
+    return f"{text}, {unequal}" if isinstance(unequal, str) and unequal else text
 
 
 def _test_name(r: pd.Series) -> str:
     """The test behind a verdict's p: the paired t-test, or its crossed-design form."""
-    design = r.get("design")
-    if isinstance(design, str) and design:
-        return "t-test with seed and order effects (Satterthwaite df)"
-    return "paired t-test"
+    return paired_test_name(r.get("design"))
 
 
 def test_words(rows: pd.DataFrame) -> str:
@@ -411,6 +468,8 @@ def tested_phrase(shown: pd.DataFrame) -> str:
     """
     tested = int(shown["p"].notna().sum()) if not shown.empty else 0
     untested = len(shown) - tested
+    if not tested:  # nothing to correct (one seed per head, as in quick)
+        return f"no comparison (all {untested} headline comparisons had too few paired seeds)"
     text = f"all {tested} headline comparisons"
     if untested:
         text += f" with a test ({untested} more had too few paired seeds for one)"
@@ -461,10 +520,89 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame, heads: int | None = No
         f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
         f"the winner is significantly ahead at α = {ALPHA}; "
     )
-    clear = int((frame["significant"] & has_winner(frame)).sum())
-    text += (
-        f"in {clear} of {len(frame)} settings the winner is significantly ahead of the runner-up."
+    return text + lead_count_text(frame, shown) + "."
+
+
+def ahead_of_all(frame: pd.DataFrame, shown: pd.DataFrame) -> pd.Series:
+    """Per :func:`headline_frame` row: whether its winner is ahead of every other head.
+
+    Significantly ahead of its runner-up, and :func:`setting_ties` empty.
+
+    Args:
+        frame: :func:`headline_frame`.
+        shown: :func:`headline_comparisons`.
+
+    Returns:
+        A boolean Series on ``frame``'s index; False where the setting has no winner.
+    """
+    clear = frame["significant"].astype(bool) & has_winner(frame)
+    return pd.Series(
+        [
+            bool(ok) and setting_ties(shown, r) == ([], [])
+            for ok, (_, r) in zip(clear, frame.iterrows(), strict=True)
+        ],
+        index=frame.index,
+        dtype=bool,
     )
+
+
+def lead_count_text(
+    frame: pd.DataFrame, shown: pd.DataFrame, family: str = "", code: bool = False
+) -> str:
+    """How often the winner is significantly ahead of its runner-up, and of every head.
+
+    The settings where it is ahead of its runner-up but not of every other head are named
+    with the heads they still tie with.
+
+    A winner significantly ahead of its runner-up can still be tied with a head ranked
+    below it (fewer paired seeds, or a noisier difference): that setting counts for the
+    runner-up, not for "every other head".
+
+    Args:
+        frame: :func:`headline_frame`.
+        shown: :func:`headline_comparisons`.
+        family: Words naming the test and the Holm family, put in brackets right after
+            the first claim (``""``: none).
+        code: Backquote head names (Markdown).
+
+    Returns:
+        ``the winner is significantly ahead of its runner-up in 2 of 7 settings and of
+        every other head of its setting in 1 of those (STS-B frozen); in RTE full it still
+        ties with heads ranked below its runner-up: last4_concat, pooler-random`` (no
+        final full stop).
+    """
+    q = "`" if code else ""
+    runner = frame[frame["significant"].astype(bool) & has_winner(frame)]
+    every = ahead_of_all(frame, shown)
+    names = [f"{task_title(r['task'])} {r['freeze_shown']}" for _, r in frame[every].iterrows()]
+    k, j = len(runner), len(names)
+    text = "the winner is significantly ahead of its runner-up"
+    text += f" ({family})" if family else ""
+    text += f" in {k} of {len(frame)} settings"
+    if k == 0:
+        return text + ", so of every other head in none"
+    if j == k:
+        return text + (
+            f", and of every other head of its setting in {'that one' if k == 1 else 'each'} "
+            f"({', '.join(names)})"
+        )
+    text += f" and of every other head of its setting in {j} of those"
+    text += f" ({', '.join(names)})" if names else ""
+    for _, r in runner[~every[runner.index]].iterrows():
+        tied, untested = setting_ties(shown, r)
+        parts = []
+        if tied:
+            parts.append(
+                "it still ties with heads ranked below its runner-up: "
+                + ", ".join(f"{q}{h}{q}" for h in tied)
+            )
+        if untested:
+            parts.append(
+                "it is not told apart from "
+                + ", ".join(f"{q}{h}{q}" for h in untested)
+                + " (no test on their paired seeds)"
+            )
+        text += f"; in {task_title(r['task'])} {r['freeze_shown']} " + " and ".join(parts)
     return text
 
 
@@ -489,7 +627,14 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
         ["Head", "Settings won", "Won significantly", "Settings it ran in", "Mean margin (points)"],
         rows,
         caption="How often each head is the best (by mean over seeds) in a task × encoder × "
-        "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction. "
+        "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction "
+        + (
+            f"over all {family_size(frame)} headline comparisons"
+            if family_size(frame)
+            else "(none here: no headline comparison has a test)"
+        )
+        + " (a winner can still be tied with a head ranked below the runner-up: the verdicts "
+        "name those). "
         "A setting whose best mean does not beat the best constant prediction counts for no "
         "head.",
         numeric=[1, 2, 3, 4],
@@ -643,11 +788,11 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
             short_metric(r["metric"]),
             r["winner"],
             points(r["winner_mean"]),
-            interval(r["winner_t_low"], r["winner_t_high"]),
+            interval_text(r["winner_t_low"], r["winner_t_high"]),
             r["runner_up"] or "",
             points(r["runner_mean"]),
             points(r["margin"]),
-            interval(r["sim_low"], r["sim_high"]),
+            interval_text(r["sim_low"], r["sim_high"]),
             runs_cell(r["n_pairs"], r["design"]),
             pvalue(r["p"]),
             pvalue(r["p_holm"]),
@@ -709,9 +854,9 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             r["head_a"],
             r["head_b"],
             points(r["diff"]),
-            interval(r.get("sim_low", np.nan), r.get("sim_high", np.nan)),
-            interval(r["t_low"], r["t_high"]),
-            interval(r["ci_low"], r["ci_high"])
+            interval_text(r.get("sim_low", np.nan), r.get("sim_high", np.nan)),
+            interval_text(r["t_low"], r["t_high"]),
+            interval_text(r["ci_low"], r["ci_high"])
             + (f" ({r['ci_method']})" if isinstance(r["ci_method"], str) else ""),
             runs_cell(r["n_pairs"], r.get("design")),
             pvalue(r["p"]),
@@ -818,7 +963,7 @@ def per_example_parts(ctx: ReportContext, frame: pd.DataFrame) -> list[str]:
                 r["winner"],
                 r["runner_up"],
                 points(found["diff"]),
-                interval(found["low"], found["high"]),
+                interval_text(found["low"], found["high"]),
                 pvalue(found["p"]),
                 int(found["n_examples"]),
                 f"{int(found['seeds_a'])} / {int(found['seeds_b'])}",

@@ -51,8 +51,15 @@ from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
 from bench.report.preset_grid import grid_progress, progress_text, unrun_text
 from bench.report.style import orders_text, seeds_text, task_title
-from bench.results.stats import ORDER_FROM_SEED
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
+from bench.results.variance import (
+    CROSSED,
+    FROM_SEED,
+    NOT_CROSSED,
+    ONE_ORDER,
+    ORDER_IS_SEED,
+    order_designs,
+)
 
 README = "README.md"
 #: The first line under the title: says where the file comes from.
@@ -91,23 +98,14 @@ def what_ran(ctx: ReportContext) -> str:
     runs = ctx.runs
     statuses = Counter(runs["status"])
     status = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-    cell = ["task", "encoder", "head_label", "freeze_label", "train_size"]
-    seeds = runs.groupby(cell)["seed"].nunique()
-    own = runs[runs["order_seed"] != ORDER_FROM_SEED]
-    orders = own.groupby(cell)["order_seed"].nunique()
-    crossed = orders[orders > 1]
+    designs = order_designs(runs)
     tasks = ", ".join(task_title(t) for t in sorted(runs["task"].unique()))
     text = (
         f"{len(runs)} cells ({status}) on {tasks} with "
         f"{', '.join(sorted(runs['encoder'].unique()))}: heads "
         f"{', '.join(h for h in ctx.palette.heads)} × freezing "
-        f"{', '.join(ctx.palette.freezes)}; {seeds_text(seeds)}"
-        + (
-            f", each crossed with {orders_text(crossed)}: every seed trained with every "
-            "batch order."
-            if not crossed.empty
-            else "."
-        )
+        f"{', '.join(ctx.palette.freezes)}; {seeds_text(designs['n_seeds'])}"
+        f"{order_text(designs)}."
     )
     command = str(ctx.inputs.launch.get("command") or "")
     planned = ctx.inputs.launch.get("planned") or []
@@ -142,6 +140,46 @@ def what_ran(ctx: ReportContext) -> str:
     return text
 
 
+def order_text(designs: pd.DataFrame) -> str:
+    """How the batch orders relate to the seeds, to follow the seeds per cell.
+
+    One definition of crossed for the README and the report:
+    :func:`bench.results.variance.order_design` (the runs form a complete grid of at least
+    2 seeds × 2 order seeds, :func:`bench.results.crossed.grid_of`).
+
+    Args:
+        designs: :func:`bench.results.variance.order_designs` of the runs.
+
+    Returns:
+        ``", each crossed with 5 batch orders: every seed trained with every batch
+        order"``, ``", each with its own batch order (order_seed = seed)"`` and so on, or
+        "" when every run's batch order comes from its seed; where the head settings
+        differ, each design with its number of head settings, in parentheses.
+    """
+    found = designs["design"].unique()
+    if len(found) == 0 or set(found) == {FROM_SEED}:
+        return ""
+
+    def words(design: str, rows: pd.DataFrame) -> str:
+        return {
+            CROSSED: f"each crossed with {orders_text(rows['n_orders'])}: every seed trained "
+            "with every batch order",
+            ORDER_IS_SEED: "each with its own batch order (order_seed = seed)",
+            ONE_ORDER: "all with one batch order (a single order_seed)",
+            NOT_CROSSED: "with batch order seeds of their own that are not crossed with them "
+            "(no complete grid of 2 seeds × 2 order seeds)",
+            FROM_SEED: "each with the batch order its seed draws",
+        }[design]
+
+    if len(found) == 1:
+        return f", {words(found[0], designs)}"
+    parts = [
+        f"{len(rows)} head {'setting' if len(rows) == 1 else 'settings'} {words(design, rows)}"
+        for design, rows in designs.groupby("design", sort=False)
+    ]
+    return f" ({'; '.join(parts)})"
+
+
 def planned_done(planned: Sequence[str], run_dirs: Sequence[str]) -> int:
     """How many planned cell paths (relative to the sweep) have a result among ``run_dirs``."""
     found = {d.replace("\\", "/").rstrip("/") for d in run_dirs}
@@ -171,6 +209,44 @@ def missing_cells(runs: pd.DataFrame) -> int:
             present = setting[["head_label", "seed"]].drop_duplicates()
             missing += expected - len(present)
     return missing
+
+
+def p_caption(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
+    """The verdict table's note on its p-values, or why there are none.
+
+    Args:
+        frame: :func:`bench.report.headline.headline_frame`.
+        shown: :func:`bench.report.headline.headline_comparisons`.
+
+    Returns:
+        The test and Holm's family (:func:`bench.report.headline.tested_phrase`) where some
+        comparison has a p-value; else one sentence saying that none could be tested, and
+        why (too few paired seeds: how many; or the comparisons' own reasons).
+    """
+    tested = int(shown["p"].notna().sum()) if not shown.empty else 0
+    if tested:
+        return (
+            f"p: {test_words(frame)}, Holm-corrected over {tested_phrase(shown)} (each winner "
+            "against every other head of its setting); tier: *** < 0.001, ** < 0.01, * < 0.05."
+        )
+    if shown.empty:
+        return "No comparison: no setting has two heads with a score, so no p-value or tier."
+    n = len(shown)
+    which = "the one headline comparison" if n == 1 else f"all {n} headline comparisons"
+    pairs = sorted({int(k) for k in shown["n_pairs"].fillna(0)})
+    span = f"{pairs[0]}" if len(pairs) == 1 else f"{pairs[0]}–{pairs[-1]}"
+    seeds = f"{span} paired {'seed' if pairs[-1] == 1 else 'seeds'}"
+    reasons = sorted({str(r) for r in shown["reason"].fillna("") if str(r)})
+    why = (
+        "too few for a test"
+        if pairs[-1] < 2 or not reasons
+        else f"and no test ({'; '.join(reasons)})"
+    )
+    return (
+        f"No comparison could be tested: {which} (each winner against every other head of "
+        f"its setting) {'has' if n == 1 else 'have'} {seeds}, {why}, so none has a p-value, "
+        "a Holm correction or a tier."
+    )
 
 
 def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
@@ -428,9 +504,7 @@ def experiment_readme(source: str | Path) -> str:
                 ],
                 verdict_rows(frame),
             )
-            + f"\n\nReporting split, ×100. p: {test_words(frame)}, Holm-corrected over "
-            f"{tested_phrase(shown)} (each winner against every other head of its "
-            f"setting); tier: *** < 0.001, ** < 0.01, * < 0.05. {margin_caption(frame)} "
+            + f"\n\nReporting split, ×100. {p_caption(frame, shown)} {margin_caption(frame)} "
             "The per-comparison (unadjusted) 95% t-intervals are in the HTML report's table of "
             "every headline comparison. Winner failed: runs that "
             "crashed, diverged or scored at or below the best constant prediction. Beats the "

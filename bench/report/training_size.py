@@ -16,11 +16,11 @@ from bench.report.budget import cell_budget
 from bench.report.context import (
     ReportContext,
     constant_cell,
-    interval,
     points,
     pvalue,
     short_metric,
 )
+from bench.report.headline import headline_comparisons
 from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
@@ -31,7 +31,9 @@ from bench.results.curves import (
     points_of,
     size_key,
     size_text,
+    with_headline,
 )
+from bench.results.tables import interval_text
 
 TITLE = "3. Score by training size (learning curves)"
 
@@ -40,8 +42,25 @@ def _where(ctx: ReportContext, r: pd.Series) -> str:
     return task_title(r["task"]) + (f" ({r['encoder']})" if ctx.multi_encoder else "")
 
 
+def _headline_verdict(r: pd.Series, prefix: str) -> str:
+    """The headline family's verdict of a curve comparison (``**``, ``n.s.``; ``–``: none)."""
+    p = r.get(f"{prefix}_p_holm_all")
+    if p is None or pd.isna(p):
+        return "–"
+    verdict = stats.significance_tier(float(p))
+    if verdict != stats.NOT_SIGNIFICANT and not r[f"{prefix}_significant_all"]:
+        verdict += " (behind)"
+    return f"{pvalue(p)} ({verdict})"
+
+
 def leader_rows(ctx: ReportContext, leaders: pd.DataFrame) -> list[list[object]]:
-    """One row per curve and size: the leader, its margin, and a change of lead."""
+    """One row per curve and size: the leader, its margin, and a change of lead.
+
+    Args:
+        ctx: The report context.
+        leaders: :func:`bench.results.curves.leaders_of` rows, with
+            :func:`bench.results.curves.with_headline`'s columns where known.
+    """
     rows = []
     for _, r in leaders.iterrows():
         change = ""
@@ -50,9 +69,11 @@ def leader_rows(ctx: ReportContext, leaders: pd.DataFrame) -> list[list[object]]
             if pd.notna(r["change_p_holm"]):
                 change += (
                     f", {points(r['change'])} points "
-                    f"(simultaneous {interval(r['change_sim_low'], r['change_sim_high'])}), "
-                    f"p (Holm) = {pvalue(r['change_p_holm'])}"
+                    f"(simultaneous {interval_text(r['change_sim_low'], r['change_sim_high'])}), "
+                    f"p (Holm, curve) = {pvalue(r['change_p_holm'])}"
                 )
+                if pd.notna(r.get("change_p_holm_all")):
+                    change += f"; p (Holm, headline) = {_headline_verdict(r, 'change')}"
         rows.append(
             [
                 _where(ctx, r),
@@ -60,14 +81,16 @@ def leader_rows(ctx: ReportContext, leaders: pd.DataFrame) -> list[list[object]]
                 size_text(r["train_size"]),
                 short_metric(r["metric"]),
                 r["leader"],
-                f"{points(r['leader_mean'])} ({interval(r['leader_t_low'], r['leader_t_high'])})",
+                f"{points(r['leader_mean'])} "
+                f"({interval_text(r['leader_t_low'], r['leader_t_high'])})",
                 constant_cell(r["leader_vs_constant"]),
                 r["runner_up"] if isinstance(r["runner_up"], str) else "–",
                 points(r["margin"]),
-                interval(r["margin_sim_low"], r["margin_sim_high"]),
+                interval_text(r["margin_sim_low"], r["margin_sim_high"]),
                 int(r["margin_n_pairs"]),
                 pvalue(r["margin_p_holm"]),
                 r["margin_tier"],
+                _headline_verdict(r, "margin"),
                 change,
             ]
         )
@@ -95,8 +118,8 @@ def point_rows(ctx: ReportContext, curve_points: pd.DataFrame) -> list[list[obje
             size_text(r["train_size"]),
             f"{r['n']}/{r['n_runs']}",
             points(r["mean"]),
-            interval(r["t_low"], r["t_high"]),
-            f"{interval(r['ci_low'], r['ci_high'])} ({r['ci_method']})",
+            interval_text(r["t_low"], r["t_high"]),
+            f"{interval_text(r['ci_low'], r['ci_high'])} ({r['ci_method']})",
             int(r["n_failed"]),
         ]
         for r in ordered
@@ -139,6 +162,9 @@ def training_size_section(ctx: ReportContext) -> Section | None:
     if curve_points.empty:
         return None
     leaders = leaders_of(ctx.cells, ctx.comparisons)
+    shown = headline_comparisons(ctx)
+    leaders = with_headline(leaders, shown)
+    m_all = int(shown["n_comparisons_all"].iloc[0]) if not shown.empty else 0
     parts = [
         paragraph(
             "Each head's dev score against the number of training examples, per task, "
@@ -189,19 +215,24 @@ def training_size_section(ctx: ReportContext) -> Section | None:
                 "Seeds",
                 "p (Holm, curve)",
                 "Tier",
+                f"p (Holm, all {m_all} headline comparisons)",
                 "Change of lead",
             ],
             leader_rows(ctx, leaders),
             caption="The leading head at every training size (dev, ×100). Margin: leader − "
             "runner-up, paired over seeds; p: paired t-test, Holm over the curve's "
-            "comparisons. Intervals: simultaneous 95% over the same comparisons as Holm's "
+            "comparisons (the curve's m: at each size, the leader against each other head); "
+            f"p (Holm, all {m_all} headline comparisons): the same test corrected over every "
+            "setting's comparisons together, the family of the verdict above, with its tier: "
+            "the curve's family is smaller, so a lead can be significant in the curve and a "
+            "tie in the verdict. Intervals: simultaneous 95% over the same comparisons as Holm's "
             "(Bonferroni, each a t-interval at 1 − 0.05/m for the curve's m), so one that "
             "excludes 0 is always significant after Holm; the per-comparison t-intervals are "
             "not shown here. Change of lead: the new leader − the previous one at that size "
             "(its simultaneous interval in brackets). "
             "Beats the constant: whether the leader's mean and its whole t-interval are above "
             "the best constant prediction ('no': no head beats a constant at that size).",
-            numeric=[8, 10, 11],
+            numeric=[8, 10, 11, 13],
         )
     )
     parts.append(

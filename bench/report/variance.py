@@ -3,11 +3,12 @@
 How much of each head's spread is initialisation, how much batch order, and where its
 failures come from.
 
-It decomposes the settings that cross ≥ 2 training seeds with ≥ 2 order seeds
-(``experiment=variance_seeds``); the numbers and their definitions are
-:mod:`bench.results.variance`. Where runs have order seeds of their own but no setting
-crosses them with its seeds (each run's order seed is its seed), the section is one
-sentence saying why there is nothing to separate; without such runs it is left out.
+It decomposes the settings whose runs cross training seeds with order seeds
+(``experiment=variance_seeds``; crossed as :func:`bench.results.variance.run_grid` says:
+a complete grid of at least 2 × 2); the numbers and their definitions are
+:mod:`bench.results.variance`. Where runs have order seeds of their own that vary but no
+setting crosses them with its seeds (each run's order seed is its seed), the section is
+one sentence saying why there is nothing to separate; without such runs it is left out.
 """
 
 from __future__ import annotations
@@ -20,8 +21,16 @@ from bench.report.context import ReportContext, points, pvalue
 from bench.report.html import Section, figure, paragraph, table
 from bench.report.style import Palette, grid, ordered, svg_data_uri, task_title
 from bench.results.curves import size_text, whole_number
-from bench.results.stats import ORDER_FROM_SEED, WHOLE_SPLIT
-from bench.results.variance import variance_table
+from bench.results.stats import WHOLE_SPLIT
+from bench.results.variance import (
+    ALPHA,
+    CROSSED,
+    FROM_SEED,
+    NOT_CROSSED,
+    ORDER_IS_SEED,
+    order_designs,
+    variance_table,
+)
 
 TITLE = "8. Where the variance comes from"
 HEADER = [
@@ -154,12 +163,14 @@ def not_crossed_text(runs: pd.DataFrame) -> str:
 
     Returns:
         One sentence: the seed and the batch order were not varied independently (each
-        run's order seed its seed, or no two seeds share two order seeds).
+        run's order seed its seed, or the seeds and order seeds form no grid of 2 × 2:
+        :func:`bench.results.variance.order_design`).
     """
-    own = runs[runs["order_seed"] != ORDER_FROM_SEED]
+    designs = order_designs(runs)
+    own = designs.loc[designs["design"] != FROM_SEED, "design"]
     how = (
         "every run's batch order seed is its training seed"
-        if not own.empty and bool((own["order_seed"] == own["seed"]).all())
+        if not own.empty and bool((own == ORDER_IS_SEED).all())
         else "no head has two training seeds that each ran with the same two order seeds"
     )
     return (
@@ -169,27 +180,54 @@ def not_crossed_text(runs: pd.DataFrame) -> str:
     )
 
 
+#: Designs whose order seeds vary from run to run without forming a grid: the report says
+#: why their variance cannot be split (a single order seed for every run varies nothing).
+VARIED_NOT_CROSSED = (ORDER_IS_SEED, NOT_CROSSED)
+
+
+def left_out_text(frame: pd.DataFrame, designs: pd.DataFrame, ctx: ReportContext) -> list[str]:
+    """The settings, or heads of a setting, with order seeds of their own but no decomposition.
+
+    Args:
+        frame: :func:`~bench.results.variance.variance_table` rows.
+        designs: :func:`~bench.results.variance.order_designs` of the report's runs.
+        ctx: The report context (head order, whether to name encoders).
+
+    Returns:
+        One entry per setting: its title when none of its heads decomposes, else the title
+        and the heads that do not.
+    """
+    own = designs[designs["design"] != FROM_SEED]
+    ok = frame[separable(frame)] if not frame.empty else frame
+    decomposed = set(zip(*(ok[k] for k in [*_SETTING, "head_label"]), strict=True))
+    out = []
+    for keys, group in own.groupby(_SETTING, sort=True):
+        heads = ordered(
+            (h for h in group["head_label"] if (*keys, h) not in decomposed), ctx.palette.heads
+        )
+        if len(heads) == len(group):
+            out.append(setting_title(keys, ctx.multi_encoder))
+        elif heads:
+            out.append(f"{setting_title(keys, ctx.multi_encoder)}: {', '.join(heads)}")
+    return out
+
+
 def variance_section(ctx: ReportContext) -> Section | None:
     """The decomposition per head and setting, a figure of the shares, the failure origins.
 
     Returns:
-        The section, or None when no setting has runs of ≥ 2 seeds and ≥ 2 order seeds
-        of their own; one sentence saying why when those runs form no grid of ≥ 2 seeds
-        crossed with ≥ 2 order seeds (each run's order seed is its seed).
+        The section; one sentence saying why when no head's runs are crossed
+        (:func:`bench.results.variance.run_grid`) but some have order seeds of their own
+        that vary (each run's order seed is its seed); None when neither.
     """
     frame = variance_table(ctx.inputs.table)
-    if frame.empty:
-        return None
+    designs = order_designs(ctx.runs)
     ok = separable(frame)
     if not ok.any():
-        return Section("variance", TITLE, paragraph(not_crossed_text(ctx.runs), "note"))
-    left_out = []
-    for keys, group in frame.groupby(_SETTING, sort=True):
-        heads = ordered(group.loc[~ok[group.index], "head_label"], ctx.palette.heads)
-        if len(heads) == len(group):
-            left_out.append(setting_title(keys, ctx.multi_encoder))
-        elif heads:
-            left_out.append(f"{setting_title(keys, ctx.multi_encoder)}: {', '.join(heads)}")
+        if designs["design"].isin([CROSSED, *VARIED_NOT_CROSSED]).any():
+            return Section("variance", TITLE, paragraph(not_crossed_text(ctx.runs), "note"))
+        return None
+    left_out = left_out_text(frame, designs, ctx)
     frame = frame[ok]
     parts = [
         paragraph(
@@ -240,8 +278,55 @@ def variance_section(ctx: ReportContext) -> Section | None:
     return Section("variance", TITLE, "\n".join(parts))
 
 
+#: How the Findings sentence words each failure origin, in the order it names them
+#: (:data:`bench.results.variance.ORIGINS`; ``none`` is not named).
+ORIGIN_WORDS = (
+    ("initialisation", "from initialisation"),
+    ("batch order", "from batch order"),
+    ("both", "from both initialisation and batch order"),
+    ("not separable", "not separable"),
+    ("every run", "every run failed"),
+)
+
+
+def _where(r: pd.Series, frame: pd.DataFrame) -> str:
+    """``MRPC``, with the encoder, freezing and size where the frame has several."""
+    where = [task_title(r["task"])]
+    if frame["encoder"].nunique() > 1:
+        where.append(str(r["encoder"]))
+    if frame["freeze_label"].nunique() > 1:
+        where.append(str(r["freeze_label"]))
+    if frame["train_size"].nunique() > 1 and whole_number(r["train_size"]) != WHOLE_SPLIT:
+        where.append(size_text(r["train_size"]))
+    return ", ".join(where)
+
+
+def origins_text(frame: pd.DataFrame) -> str:
+    """Every failure origin the decomposition found, with the heads it names.
+
+    Args:
+        frame: :func:`~bench.results.variance.variance_table` rows with a decomposition.
+
+    Returns:
+        ``from initialisation: `a` on MRPC; from batch order: `b` on MRPC; not
+        separable: `c`, `d` on MRPC``: one part per origin that some head's failures
+        have (:func:`bench.results.variance.failure_origin`), "" when none has one.
+    """
+    parts = []
+    for origin, words in ORIGIN_WORDS:
+        places: dict[str, list[str]] = {}
+        for _, r in frame[frame["failure_origin"] == origin].iterrows():
+            places.setdefault(_where(r, frame), []).append(f"`{r['head_label']}`")
+        if places:
+            named = " and ".join(
+                f"{', '.join(heads)} on {where}" for where, heads in places.items()
+            )
+            parts.append(f"{words}: {named}")
+    return "; ".join(parts)
+
+
 def variance_sentence(table: pd.DataFrame) -> str | None:
-    """One Findings sentence: the median shares, and heads whose failures come from init.
+    """One Findings sentence: the median shares, and where each head's failures come from.
 
     Args:
         table: A tidy results table.
@@ -263,11 +348,9 @@ def variance_sentence(table: pd.DataFrame) -> str | None:
     )
     dominant = frame[frame["share_init"] > frame["share_order"]]
     text += f"; initialisation outweighs order in {len(dominant)} of {len(frame)}"
-    from_init = frame[frame["failure_origin"].isin(["initialisation", "both"])]
-    if not from_init.empty:
-        named = ", ".join(
-            f"`{r['head_label']}` on {task_title(r['task'])}" for _, r in from_init.iterrows()
-        )
-        text += f"; failures that come from initialisation: {named}"
     failing = frame[frame["failures"] > 0]
-    return text + f" ({len(failing)} of {len(frame)} head settings had failed runs)."
+    text += f"; {len(failing)} of {len(frame)} head settings had failed runs"
+    origins = origins_text(frame)
+    if origins:
+        text += f", traced by F tests of the 0/1 failure indicator (level {ALPHA:g}) — {origins}"
+    return text + "."

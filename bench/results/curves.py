@@ -369,6 +369,62 @@ def _leader_row(
     return row
 
 
+#: Columns :func:`with_headline` adds: the same comparisons in the headline's family.
+HEADLINE_VERDICT_COLUMNS = [
+    "headline_comparisons",
+    "margin_p_holm_all",
+    "margin_significant_all",
+    "change_p_holm_all",
+    "change_significant_all",
+]
+
+
+def with_headline(leaders: pd.DataFrame, shown: pd.DataFrame | None) -> pd.DataFrame:
+    """Leaders with the verdict the headline gives the same comparisons, in its family.
+
+    A curve's margins and changes are Holm-corrected over the curve's own comparisons
+    (:func:`leaders_of`); the headline corrects the same comparisons (each setting's best
+    head against each other head) over every setting it shows, so a lead significant in
+    the curve can be a tie in the headline. This puts the two side by side.
+
+    Args:
+        leaders: :func:`leaders_of` rows.
+        shown: The headline's comparisons (:func:`~bench.results.stats.leader_comparisons`
+            of every setting, :func:`~bench.results.stats.holm_all`); None or empty: the
+            columns are NaN.
+
+    Returns:
+        A copy with :data:`HEADLINE_VERDICT_COLUMNS`: the headline family's size, and for
+        the margin (leader − runner-up) and the change (leader − previous leader) its
+        ``p_holm_all`` and whether it puts the leader significantly ahead (``ahead``).
+    """
+    out = leaders.copy()
+    found_all: dict[str, list[Any]] = {c: [np.nan] * len(out) for c in HEADLINE_VERDICT_COLUMNS}
+    if shown is not None and not shown.empty:
+        m = int(shown["n_comparisons_all"].iloc[0])
+        keys = [*CURVE_KEYS, "train_size"]
+        index = {
+            (*(row[k] for k in keys), row["head_a"], row["head_b"]): row
+            for _, row in shown.iterrows()
+        }
+        for i, (_, r) in enumerate(out.iterrows()):
+            found_all["headline_comparisons"][i] = m
+            setting = tuple(r[k] for k in keys)
+            for prefix, other in (("margin", r["runner_up"]), ("change", r["previous"])):
+                if prefix == "change" and not r["changed"]:
+                    continue
+                found = index.get((*setting, r["leader"], other))
+                if found is None or pd.isna(found["p_holm_all"]):
+                    continue
+                found_all[f"{prefix}_p_holm_all"][i] = float(found["p_holm_all"])
+                found_all[f"{prefix}_significant_all"][i] = bool(found["ahead"])
+    for column, values in found_all.items():
+        out[column] = pd.Series(
+            values, index=out.index, dtype=object if "significant" in column else float
+        )
+    return out
+
+
 def changes_text(leaders: pd.DataFrame) -> str:
     """How often the lead changes hands, and how often significantly, in words.
 

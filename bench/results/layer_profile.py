@@ -17,7 +17,6 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.results import stats
-from bench.results.table7_agreement import paper_scores
 
 #: Columns of :func:`profile_rows` (scores ×100).
 PROFILE_COLUMNS = ["encoder", "layer", "mean", "t_low", "t_high", "n"]
@@ -99,18 +98,3 @@ def last_layer_drop(table: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out, columns=DROP_COLUMNS)
-
-
-def paper_last_drop(refs: pd.DataFrame) -> float:
-    """The paper's Table 7 (BERT-base, frozen BiLSTM, dev F1 ×100): last minus second-to-last.
-
-    Args:
-        refs: Reference numbers (:func:`bench.results.references.load_references`).
-
-    Returns:
-        The difference; NaN when either row is missing.
-    """
-    paper = paper_scores(refs)
-    if not {"last", "second_to_last"} <= set(paper.index):
-        return float("nan")
-    return float(paper["last"] - paper["second_to_last"])

@@ -351,13 +351,17 @@ def device_name(hardware: dict[str, Any] | None) -> str:
     """Where a cell trained, from its recorded ``hardware``: the GPU, else the CPU's kernels.
 
     Returns:
-        ``NVIDIA H200``, ``CPU (AVX512)``, or ``not recorded`` (results that predate it).
+        ``NVIDIA H200``, ``CPU (AVX512)``; ``CPU (kernels not recorded)`` for a cell that
+        recorded its machine (no GPU) but predates the CPU's vector kernels in the record;
+        ``not recorded`` for one that recorded no hardware at all.
     """
     hardware = hardware or {}
     if hardware.get("gpu"):
         return str(hardware["gpu"])
     kernels = hardware.get("cpu_capability")
-    return f"CPU ({kernels})" if kernels else "not recorded"
+    if kernels:
+        return f"CPU ({kernels})"
+    return "CPU (kernels not recorded)" if hardware.get("cpu_count") else "not recorded"
 
 
 def devices_text(record: dict[str, Any]) -> str:
@@ -365,5 +369,5 @@ def devices_text(record: dict[str, Any]) -> str:
     today = device_name((record.get("today") or {}).get("hardware"))
     devices = [d for d in (record.get("committed") or {}).get("devices") or [] if d]
     if not devices or devices == ["not recorded"]:
-        return f"today on {today} (the committed cells do not record where they trained)"
+        return f"today on {today} (the committed cells do not record their hardware)"
     return f"today on {today}; the committed cells on {', '.join(devices)}"

@@ -54,7 +54,21 @@ ROW_COLUMNS = [
     "paper_rank",
 ]
 #: Columns of :func:`agreement`.
-AGREEMENT_COLUMNS = ["encoder", "split", "n_settings", "rho", "p", "n_seeds", "seed_rho"]
+AGREEMENT_COLUMNS = [
+    "encoder",
+    "split",
+    "n_settings",
+    "rho",
+    "p",
+    "n_seeds",
+    "seed_rho",
+    "last_gap",
+    "last_gap_low",
+    "last_gap_high",
+    "last_gap_p",
+    "last_gap_n",
+    "paper_last_gap",
+]
 
 
 def _frozen_bilstm(frame: pd.DataFrame, split: str) -> pd.DataFrame:
@@ -72,6 +86,42 @@ def paper_scores(refs: pd.DataFrame) -> pd.Series:
     """The paper's dev F1 (×100) by setting."""
     rows = refs[(refs["task"] == TABLE7_TASK) & (refs["split"] == "dev") & (refs["metric"] == "f1")]
     return rows.set_index("setting")["value"].astype(float)
+
+
+def paper_last_gap(refs: pd.DataFrame) -> float:
+    """The paper's Table 7 (BERT-base, frozen BiLSTM, dev F1 ×100): last minus second-to-last.
+
+    Args:
+        refs: Reference numbers (:func:`bench.results.references.load_references`).
+
+    Returns:
+        The difference; NaN when either row is missing.
+    """
+    paper = paper_scores(refs)
+    if not {"last", "second_to_last"} <= set(paper.index):
+        return float("nan")
+    return float(paper["last"] - paper["second_to_last"])
+
+
+def _last_gap(wide: pd.DataFrame) -> dict[str, float | int]:
+    """Our last minus second-to-last selection, paired by seed (×100 but p), NaN without both."""
+    if not {"last", "second_to_last"} <= set(wide.columns):
+        return {
+            "last_gap": np.nan,
+            "last_gap_low": np.nan,
+            "last_gap_high": np.nan,
+            "last_gap_p": np.nan,
+            "last_gap_n": 0,
+        }
+    pair = wide[["last", "second_to_last"]].dropna()
+    p, low, high, _ = stats.paired_t_test(pair["last"], pair["second_to_last"])
+    return {
+        "last_gap": float(100 * (pair["last"] - pair["second_to_last"]).mean()),
+        "last_gap_low": 100 * low,
+        "last_gap_high": 100 * high,
+        "last_gap_p": p,
+        "last_gap_n": len(pair),
+    }
 
 
 def selection_rows(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> pd.DataFrame:
@@ -166,8 +216,8 @@ def agreement(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> pd
             continue
         rho, p = _spearman(group["mean"].to_numpy(), group["paper"].to_numpy())
         mine = runs[(runs["encoder"] == encoder) & runs["layers"].isin(group["setting"])]
-        wide = mine.pivot_table(index="seed", columns="layers", values="value").dropna()
-        wide = wide.reindex(columns=list(group["setting"]))
+        every = mine.pivot_table(index="seed", columns="layers", values="value")
+        wide = every.dropna().reindex(columns=list(group["setting"]))
         pairs = [
             _spearman(wide.loc[a].to_numpy(), wide.loc[b].to_numpy())[0]
             for a, b in combinations(wide.index, 2)
@@ -182,6 +232,8 @@ def agreement(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> pd
                 "p": p,
                 "n_seeds": len(wide),
                 "seed_rho": seed_rho,
+                **_last_gap(every),
+                "paper_last_gap": paper_last_gap(refs),
             }
         )
     return pd.DataFrame(out, columns=AGREEMENT_COLUMNS)
@@ -206,4 +258,22 @@ def agreement_sentence(a: pd.Series) -> str:
                 f": below {SEED_AGREEMENT}, our ordering is mostly seed noise, so a "
                 "disagreement with the paper says little about the encoder"
             )
+    if pd.notna(a["last_gap"]) and pd.notna(a["paper_last_gap"]):
+        text += (
+            f". The last layer against the second-to-last, the pair the paper's ordering "
+            f"turns on: ours {_signed(a['last_gap'])} points ("
+        )
+        if pd.notna(a["last_gap_p"]):
+            text += (
+                f"95% t-interval {a['last_gap_low']:.1f} to {a['last_gap_high']:.1f}, "
+                f"{a['last_gap_n']} paired seeds, paired t-test p = {a['last_gap_p']:.2g}"
+            )
+        else:
+            text += f"{a['last_gap_n']} paired seed{'s' if a['last_gap_n'] != 1 else ''}"
+        text += f"), BERT-base's {_signed(a['paper_last_gap'])} in the paper"
     return text + "."
+
+
+def _signed(value: float) -> str:
+    """``-4.1`` or ``+0.3``: a difference with its sign, one decimal."""
+    return f"{value:+.1f}"

@@ -7,7 +7,10 @@ Markdown. Styles:
 * ``heads`` — the headline table: per task and encoder, rows = heads, columns = freezing
   strategies, cells = main metric ``mean ± std (n=…, k failed)``, best per column bold,
   the majority-class baseline and the best constant prediction (what a failed run is
-  counted against) and the paired test of the two best heads under the table.
+  counted against) and the paired test of the two best heads under the table, Holm-
+  adjusted over the headline's family (:func:`headline_family`: every setting's best head
+  against each other head of its setting, all tables together), so the adjusted p and the
+  simultaneous interval are those of the report's and the README's verdicts.
 * ``glue`` — rows = encoder × head × freezing, columns = GLUE tasks in GLUE's order,
   an average column, and published RoBERTa-base dev numbers with deltas where they apply.
 * ``table7`` — BERT's Table 7 (CoNLL-2003 dev F1 by layer choice, frozen features into a
@@ -19,6 +22,7 @@ All numbers are ×100. Labels from the data are escaped for each format.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,6 +97,84 @@ def signed(x: float) -> str:
     if x is None or np.isnan(x):
         return "—"
     return f"{x:+.1f}".replace("-", "−")
+
+
+def interval_end(value: float, digits: int = 1, plus: bool = False) -> str:
+    """One end of an interval, with enough decimals to show which side of 0 it is on.
+
+    At ``digits`` decimals an end of 0.044 or −0.027 reads ``0.0``, which hides whether
+    the interval excludes 0; such an end is written with two significant digits instead
+    (``0.044``, ``-0.027``). Every interval of the tables' notes, the report's verdicts
+    and the READMEs is written by this function (through :func:`interval_text`).
+
+    Args:
+        value: The end, in display units (points ×100 already).
+        digits: Decimals shown normally.
+        plus: The notes' style: a sign on every end and a true minus (``+0.044``,
+            ``−0.027``); otherwise only a negative end is signed, with ``-``.
+
+    Returns:
+        The end as text; ``—`` for NaN or None.
+    """
+    if value is None or not np.isfinite(value):
+        return "—"
+    places = digits
+    if value != 0 and float(f"{value:.{digits}f}") == 0:  # rounds to ±0 at this precision
+        places = max(digits, 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:{'+' if plus else ''}.{places}f}"
+    return text.replace("-", "−") if plus else text
+
+
+def interval_text(
+    low: float, high: float, scale: float = 100.0, digits: int = 1, plus: bool = False
+) -> str:
+    """An interval as ``low to high``, each end by :func:`interval_end`.
+
+    Args:
+        low: Its lower end.
+        high: Its upper end.
+        scale: Multiplies both ends first (100: [0, 1] scores shown as points ×100).
+        digits: Decimals shown normally.
+        plus: Sign both ends, with a true minus (the tables' notes).
+
+    Returns:
+        ``81.0 to 83.5``, ``0.044 to 0.6``, ``−0.027 to +1.0``; ``–`` when an end is
+        undefined.
+    """
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return "–"
+    return (
+        f"{interval_end(scale * float(low), digits, plus)} to "
+        f"{interval_end(scale * float(high), digits, plus)}"
+    )
+
+
+def paired_runs_text(n_pairs: object, design: object) -> str:
+    """The paired runs behind a comparison, in words.
+
+    ``10 paired seeds``, or for runs that cross seeds with batch orders ``25 paired runs
+    (5 seeds × 5 orders, crossed)``.
+
+    Args:
+        n_pairs: The pairs (:func:`bench.results.stats.compare_heads`' ``n_pairs``).
+        design: Its ``design`` (:func:`bench.results.crossed.design_text`; empty or NaN
+            where the runs are not crossed).
+    """
+    n = int(n_pairs)  # type: ignore[call-overload]
+    if isinstance(design, str) and design:
+        return f"{n} paired runs ({design}, crossed)"
+    return f"{n} paired seed{'' if n == 1 else 's'}"
+
+
+def paired_test_name(design: object) -> str:
+    """The test behind a comparison's p, by its ``design``.
+
+    The paired t-test, or for crossed runs its form with seed and order effects
+    (:mod:`bench.results.crossed`).
+    """
+    if isinstance(design, str) and design:
+        return "t-test with seed and order effects (Satterthwaite df)"
+    return "paired t-test"
 
 
 def cell_text(row: pd.Series | None) -> str:
@@ -174,42 +256,134 @@ def _reference_note(refs: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- heads
 
 
-def _paired_note(comp: pd.DataFrame, freeze: str, best: str, runner: str) -> str | None:
-    rows = comp[
-        (comp["freeze_label"] == freeze)
-        & (
-            ((comp["head_a"] == best) & (comp["head_b"] == runner))
-            | ((comp["head_a"] == runner) & (comp["head_b"] == best))
-        )
-    ]
-    if rows.empty:
+def family_note(m: int) -> str:
+    """The heads document's note on the notes under its tables: what they test, over what.
+
+    ``""`` when no comparison has a test.
+
+    Args:
+        m: The comparisons with a test in the headline family (:func:`headline_family`).
+    """
+    if m < 1:
+        return ""
+    family = f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
+    interval = (
+        f"its interval is simultaneous over the same {m} (Bonferroni)"
+        if m > 1
+        else "its interval is the 95% t-interval"
+    )
+    return (
+        "Under each table, per freezing strategy: the best head by mean against the "
+        "runner-up, paired by seed (crossed runs: by seed and batch order). Its p is "
+        "Holm-adjusted over the headline family, every column's best head against each "
+        f"other head of its column in every table here ({family} with a test), and "
+        f"{interval}: the family of the report's and the README's verdicts, so a comparison "
+        "has one adjusted p and one verdict wherever it is shown. The raw p and the Wilcoxon "
+        "signed-rank p are unadjusted."
+    )
+
+
+def unequal_seeds_text(pair: pd.Series, n_a: int, n_b: int, scale: float = 100.0) -> str:
+    """Where a comparison pairs fewer runs than a head has: what the heads average on those.
+
+    A table shows each head's mean over all its seeds; the paired difference is over the
+    seeds both heads completed, so the two can disagree (``54.4`` and ``54.0`` in the
+    table, a lead of ``0.1`` on the paired seeds).
+
+    Args:
+        pair: A :func:`bench.results.stats.compare_heads` row (``head_a``, ``head_b``,
+            ``n_pairs``, ``design``, ``mean_a``, ``mean_b``: the means over the pairs).
+        n_a: Runs with a score of ``head_a`` (:func:`bench.results.stats.cell_stats`' ``n``).
+        n_b: The same of ``head_b``.
+        scale: Multiplies the means (100: points ×100).
+
+    Returns:
+        ``fewer than linear's 10: on the 7 seeds both ran, pooler-random averages 54.4 and
+        linear 54.3``, or ``""`` when the pairs are every run of both heads.
+    """
+    n = int(pair["n_pairs"])
+    more = [(pair["head_a"], n_a), (pair["head_b"], n_b)]
+    more = [(head, count) for head, count in more if count > n]
+    if not more or n == 0:
+        return ""
+    crossed = isinstance(pair.get("design"), str) and bool(pair.get("design"))
+    unit = "runs" if crossed else "seeds"
+    fewer = " and ".join(f"{head}'s {count}" for head, count in more)
+    return (
+        f"fewer than {fewer}: on the {n} {unit} both ran, {pair['head_a']} averages "
+        f"{scale * pair['mean_a']:.1f} and {pair['head_b']} {scale * pair['mean_b']:.1f}"
+    )
+
+
+def headline_family(cells: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
+    """Each setting's best head against every other head of it, Holm-corrected together.
+
+    The family of the report's verdict (:func:`bench.report.headline.headline_comparisons`)
+    and of the README's, so the notes under the heads tables give the same adjusted p and
+    simultaneous interval as they do.
+
+    Args:
+        cells: :func:`bench.results.stats.cell_stats` rows.
+        comp: :func:`bench.results.stats.compare_heads` rows of the same table.
+
+    Returns:
+        :func:`bench.results.stats.leader_comparisons` with
+        :func:`bench.results.stats.holm_all`'s columns (empty when no setting has two heads).
+    """
+    shown = stats.leader_comparisons(cells, comp)
+    return shown if shown.empty else stats.holm_all(shown)
+
+
+def _paired_note(shown: pd.DataFrame, best: pd.Series, runner: pd.Series) -> str | None:
+    """A heads table's note: its column's best head against the runner-up.
+
+    Args:
+        shown: :func:`headline_family` of the document's table.
+        best: The column's best head (:func:`bench.results.stats.cell_stats` row).
+        runner: Its runner-up.
+
+    Returns:
+        The note, or None when the family has no such comparison.
+    """
+    if shown.empty:
         return None
-    row = rows.iloc[0]
-    sign = 1.0 if row["head_a"] == best else -1.0
-    diff = sign * 100 * row["diff"]
-    pairs = f"{row['n_pairs']} paired seed" + ("" if row["n_pairs"] == 1 else "s")
-    text = f"{freeze}: {best} − {runner} = {signed(diff)} over {pairs}"
+    mask = (shown["head_a"] == best["head_label"]) & (shown["head_b"] == runner["head_label"])
+    for column in stats.SETTING_KEYS:
+        mask &= shown[column] == best[column]
+    if not mask.any():
+        return None
+    row = shown[mask].iloc[0]
+    freeze = best["freeze_label"]
+    text = (
+        f"{freeze}: {row['head_a']} − {row['head_b']} = {signed(100 * row['diff'])} over "
+        f"{paired_runs_text(row['n_pairs'], row['design'])}"
+    )
+    unequal = unequal_seeds_text(row, int(best["n"]), int(runner["n"]))
+    if unequal:
+        text += f" ({unequal})"
     if row["reason"]:
-        lo, hi = sorted(sign * 100 * row[c] for c in ("ci_low", "ci_high"))
-        if not np.isnan(lo):
-            text += f" (95% bootstrap CI {signed(lo)} to {signed(hi)})"
+        if pd.notna(row["ci_low"]):
+            text += f"; 95% bootstrap CI {interval_text(row['ci_low'], row['ci_high'], plus=True)}"
         return text + f"; no test: {row['reason']}."
-    m = int(row["n_comparisons"])
-    lo, hi = stats.simultaneous_interval(diff, 100 * row["se"], row["df"], m)
-    if not np.isnan(lo):
+    m = int(row["n_comparisons_all"])
+    family = f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
+    if pd.notna(row["sim_low"]):
+        kind = "simultaneous 95% t-interval" if m > 1 else "95% t-interval"
+        bonferroni = ", Bonferroni" if m > 1 else ""
         text += (
-            f" (simultaneous 95% t-interval over the {m} head comparisons, Bonferroni: "
-            f"{signed(lo)} to {signed(hi)})"
+            f"; {kind} over {family}{bonferroni}: "
+            f"{interval_text(row['sim_low'], row['sim_high'], plus=True)}"
         )
     wilcoxon = (
-        f"Wilcoxon signed-rank p = {row['p_wilcoxon']:.3g} (smallest attainable "
+        f"Wilcoxon signed-rank p = {row['p_wilcoxon']:.3g}, unadjusted (smallest attainable "
         f"{row['p_wilcoxon_min']:.3g})"
         if not row["reason_wilcoxon"]
         else f"no Wilcoxon test: {row['reason_wilcoxon']}"
     )
     return (
-        text + f"; paired t-test p = {row['p']:.3g}, Holm-adjusted p = {row['p_holm']:.3g} "
-        f"over {row['n_comparisons']} head comparisons; {wilcoxon}."
+        text + f"; {paired_test_name(row['design'])} p = {row['p']:.3g}, unadjusted; "
+        f"Holm-adjusted over {family}: p = {row['p_holm_all']:.3g} ({row['significance']}); "
+        f"{wilcoxon}."
     )
 
 
@@ -286,6 +460,10 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     doc = Document("Heads × freezing", notes=[LEGEND])
     cells = stats.cell_stats(table, split=split)
     comp = stats.compare_heads(table, split=split)
+    shown = headline_family(cells, comp)
+    note = family_note(int(shown["n_comparisons_all"].iloc[0])) if not shown.empty else ""
+    if note:
+        doc.notes.append(note)
     settings = sorted(
         split_by_size(cells, ["task", "encoder"]),  # a learning curve: a table per size
         key=lambda item: (
@@ -315,16 +493,11 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
                 if (h, freeze) in lookup_cell
             ]
             _bold_best(t, j, [r["mean"] for _, r in present], [i for i, _ in present])
-            ranked = sorted(
-                (r for _, r in present if r["n"] > 0), key=lambda r: r["mean"], reverse=True
-            )
-            sub = comp[(comp["task"] == task) & (comp["encoder"] == encoder)]
-            if size is not None:
-                sub = sub[sub["train_size"] == size]
+            ranked = stats.ranked_heads(group[group["freeze_label"] == freeze])
             if len(ranked) >= 2:
-                note = _paired_note(sub, freeze, ranked[0]["head_label"], ranked[1]["head_label"])
-                if note:
-                    t.notes.append(note)
+                paired = _paired_note(shown, ranked.iloc[0], ranked.iloc[1])
+                if paired:
+                    t.notes.append(paired)
         t.notes.insert(0, threshold_note(group, metric))
         ref = lookup(refs, encoder, task, "finetune", split)
         if not ref.empty:

@@ -30,13 +30,25 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench.results.crossed import TwoWay, complete_grid, two_way
-from bench.results.stats import GROUP_KEYS, ORDER_FROM_SEED, run_values
+from bench.results.crossed import TwoWay, complete_grid, grid_of, two_way
+from bench.results.stats import GROUP_KEYS, ORDER_FROM_SEED, PAIR_KEYS, run_values
 
 #: Significance level of the F tests that name a failure origin.
 ALPHA = 0.05
 #: What :func:`failure_origin` may answer.
 ORIGINS = ("none", "every run", "initialisation", "batch order", "both", "not separable")
+#: :func:`order_design`: every run's batch order comes from its seed (no order seed).
+FROM_SEED = "from seed"
+#: :func:`order_design`: the runs form a seeds × order seeds grid (:func:`run_grid`).
+CROSSED = "crossed"
+#: :func:`order_design`: each run's order seed is its seed (one batch order per seed).
+ORDER_IS_SEED = "order_seed = seed"
+#: :func:`order_design`: every run has the same order seed (one batch order for all seeds).
+ONE_ORDER = "one order"
+#: :func:`order_design`: order seeds of their own that vary, but form no grid.
+NOT_CROSSED = "not crossed"
+#: What :func:`order_design` may answer.
+DESIGNS = (FROM_SEED, CROSSED, ORDER_IS_SEED, ONE_ORDER, NOT_CROSSED)
 #: Columns of :func:`variance_table`.
 VARIANCE_COLUMNS = [
     *GROUP_KEYS,
@@ -92,20 +104,94 @@ def failure_origin(failed: np.ndarray, alpha: float = ALPHA) -> tuple[str, TwoWa
     return "not separable", fit
 
 
-def crossed(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs of settings whose seeds are crossed with order seeds (≥ 2 of each).
+def run_grid(runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The seeds × order seeds grid that one setting's runs form, or None when not crossed.
+
+    The one definition of a crossed design, :func:`bench.results.crossed.grid_of` (a
+    complete grid of at least 2 seeds × 2 order seeds after
+    :func:`~bench.results.crossed.complete_grid`), applied to the runs that ran: a failed
+    run counts (the design is what ran, not what scored), a run whose batch order comes
+    from its seed (:data:`~bench.results.stats.ORDER_FROM_SEED`) has no order seed and
+    does not.
+
+    Args:
+        runs: One setting's :func:`bench.results.stats.run_values` rows.
+
+    Returns:
+        The grid (rows: seeds, columns: order seeds; every value 1), or None.
+    """
+    own = runs.loc[runs["order_seed"] != ORDER_FROM_SEED, PAIR_KEYS].drop_duplicates()
+    if own.empty:
+        return None
+    return grid_of(pd.Series(1.0, index=pd.MultiIndex.from_frame(own)))
+
+
+def order_design(runs: pd.DataFrame) -> str:
+    """How one setting's batch orders relate to its seeds (:data:`DESIGNS`).
+
+    Args:
+        runs: One setting's :func:`bench.results.stats.run_values` rows.
+
+    Returns:
+        :data:`CROSSED` when the runs form a grid (:func:`run_grid`); else
+        :data:`FROM_SEED` when no run has an order seed of its own,
+        :data:`ORDER_IS_SEED` when each run's order seed is its seed, :data:`ONE_ORDER`
+        when every run has the same one, :data:`NOT_CROSSED` otherwise.
+    """
+    own = runs[runs["order_seed"] != ORDER_FROM_SEED]
+    if own.empty:
+        return FROM_SEED
+    if run_grid(runs) is not None:
+        return CROSSED
+    if bool((own["order_seed"] == own["seed"]).all()):
+        return ORDER_IS_SEED
+    if own["order_seed"].nunique() == 1:
+        return ONE_ORDER
+    return NOT_CROSSED
+
+
+def order_designs(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`order_design` of every setting, with its numbers of seeds and batch orders.
 
     Args:
         runs: :func:`bench.results.stats.run_values` rows.
 
     Returns:
-        The runs of those settings (an empty frame when no setting is crossed).
+        One row per setting: :data:`~bench.results.stats.GROUP_KEYS`, ``design``,
+        ``n_seeds`` (distinct seeds) and ``n_orders`` (the grid's order seeds where
+        crossed, else the distinct order seeds of the runs' own; 0 for
+        :data:`FROM_SEED`).
+    """
+    rows = []
+    for keys, group in runs.groupby(GROUP_KEYS, sort=True):
+        grid = run_grid(group)
+        own = group.loc[group["order_seed"] != ORDER_FROM_SEED, "order_seed"]
+        rows.append(
+            {
+                **dict(zip(GROUP_KEYS, keys, strict=True)),
+                "design": order_design(group),
+                "n_seeds": int(group["seed"].nunique()),
+                "n_orders": int(grid.shape[1]) if grid is not None else int(own.nunique()),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*GROUP_KEYS, "design", "n_seeds", "n_orders"])
+
+
+def crossed(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of the settings whose seeds are crossed with order seeds (:func:`run_grid`).
+
+    Args:
+        runs: :func:`bench.results.stats.run_values` rows.
+
+    Returns:
+        Those settings' runs that have an order seed of their own (an empty frame when no
+        setting is crossed).
     """
     own = runs[runs["order_seed"] != ORDER_FROM_SEED]
     if own.empty:
         return own
-    sizes = own.groupby(GROUP_KEYS)[["seed", "order_seed"]].nunique()
-    keep = sizes[(sizes["seed"] >= 2) & (sizes["order_seed"] >= 2)].index
+    designs = order_designs(own)
+    keep = pd.MultiIndex.from_frame(designs.loc[designs["design"] == CROSSED, GROUP_KEYS])
     return own.set_index(GROUP_KEYS).loc[lambda f: f.index.isin(keep)].reset_index()
 
 
@@ -122,8 +208,8 @@ def variance_table(table: pd.DataFrame, metric: str = "main", split: str = "dev"
         dropping incomplete rows/columns, ``runs_left_out``), mean, total standard
         deviation of the grid, the components as standard deviations (``sd_init``,
         ``sd_order``, ``sd_resid``) and shares of their sum, the F-test p-values,
-        failures and :func:`failure_origin` with its p-values. Empty when no setting
-        crosses ≥ 2 seeds with ≥ 2 order seeds.
+        failures and :func:`failure_origin` with its p-values. Empty when no setting's
+        runs are crossed (:func:`run_grid`).
     """
     runs = crossed(run_values(table, metric=metric, split=split))
     rows = []
