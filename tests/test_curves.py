@@ -42,7 +42,7 @@ from bench.results.result_file import with_axes
 from bench.results.tables import build
 from bench.run.plan import plan
 from bench.run.preflight import check_protocol
-from conftest import CONF, ROOT
+from conftest import CONF, ROOT, holm_reference
 
 SIZES = {"rte": [100, 200, 500, 1000, 2000], "sst2": [100, 200, 500, 1000, 2000, 4000]}
 
@@ -193,16 +193,6 @@ def _curve_table() -> pd.DataFrame:
     return tidy(results)
 
 
-def _holm(pvalues):
-    """Holm (1979), written out independently of bench."""
-    p = np.asarray(pvalues, dtype=float)
-    adjusted, running = np.empty_like(p), 0.0
-    for rank, i in enumerate(np.argsort(p)):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
-
-
 def test_curve_points_are_the_cells_means_and_intervals_recomputed_with_scipy():
     points = curve_points(_curve_table())
     assert set(points["freeze_label"]) == {"frozen"}  # one size under full: no curve
@@ -231,7 +221,7 @@ def test_the_leader_per_size_and_its_changes_match_paired_t_tests_with_holm_in_t
     # The family: at each size, the leader against each other head (paired by seed).
     family = [(s, order[s][0], other) for s in sizes for other in order[s][1:]]
     p = [sps.ttest_rel(CURVE[(a, s)], CURVE[(b, s)]).pvalue for s, a, b in family]
-    holm = dict(zip(family, _holm(p), strict=True))
+    holm = dict(zip(family, holm_reference(p), strict=True))
     assert leaders["leader"].tolist() == [order[s][0] for s in sizes]
     assert leaders["leader"].tolist() == ["linear", "linear", "bilstm", "mean_linear"]
     assert leaders["changed"].tolist() == [False, False, True, True]

@@ -16,7 +16,7 @@ from bench.report.context import build_context
 from bench.report.findings import END, START, main, replace_block, summary
 from bench.report.headline import at_a_glance, has_winner, headline_comparisons, headline_frame
 from bench.report.inputs import load_inputs
-from conftest import ROOT
+from conftest import ROOT, holm_reference
 
 README = ROOT / "README.md"
 RESULTS = ROOT / "results"
@@ -32,15 +32,6 @@ def test_the_readme_block_is_what_the_committed_results_give():
 @pytest.mark.parametrize("source", COMMITTED, ids=lambda p: p.name)
 def test_every_results_readme_is_generated_and_current(source):
     assert (source / "README.md").read_text(encoding="utf-8") == readme.experiment_readme(source)
-
-
-def _holm(pvalues: np.ndarray) -> np.ndarray:
-    order = np.argsort(pvalues)
-    out, running = np.empty_like(pvalues), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
-        out[i] = running
-    return out
 
 
 def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
@@ -62,7 +53,7 @@ def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
             if other == ranked[1]:
                 runner_index[(task, freeze)] = len(pvalues)
             pvalues.append(ttest_rel(pair[winner], pair[other]).pvalue)
-    holm = _holm(np.asarray(pvalues))
+    holm = holm_reference(np.asarray(pvalues))
     significant = sum(1 for i in runner_index.values() if holm[i] < 0.05)
     return winners, significant, len(pvalues)
 
@@ -359,7 +350,7 @@ def _leader_tests(table: pd.DataFrame) -> dict:
             found[(task, freeze)]["others"][other] = [test, pair[ranked[0]] - pair[other]]
             pvalues.append(test.pvalue)
             keys.append(((task, freeze), other))
-    for (setting, other), p in zip(keys, _holm(np.asarray(pvalues)), strict=True):
+    for (setting, other), p in zip(keys, holm_reference(np.asarray(pvalues)), strict=True):
         found[setting]["others"][other].append(p)
     return {"settings": found, "m": len(pvalues)}
 

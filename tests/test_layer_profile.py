@@ -18,7 +18,7 @@ from bench.results import stats
 from bench.results.layer_profile import last_layer_drop, profile_rows
 from bench.results.references import load_references
 from bench.results.table7_agreement import paper_last_gap
-from conftest import ROOT
+from conftest import ROOT, holm_reference
 
 #: Made-up per-seed dev F1 of a linear probe on layers 0..3: layer 2 peaks, 3 falls.
 F1 = {
@@ -122,16 +122,6 @@ def test_the_report_layer_section_shows_the_profile_and_the_geometry():
     assert "Both point the same way" in body and "0.300" in body and "Sentence share" in body
 
 
-def _holm(p: np.ndarray) -> np.ndarray:
-    """Holm (1979), written out independently of bench."""
-    order = np.argsort(p)
-    out, running = np.empty_like(p), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        out[i] = running
-    return out
-
-
 #: Layer 1 close behind layer 2 (not significant after Holm), the others far below.
 CLOSE = {**F1, 1: [0.655, 0.652, 0.668, 0.662]}
 
@@ -143,7 +133,9 @@ def test_a_best_layer_not_significantly_ahead_of_another_is_named_as_a_tie():
     # independently: layer 2 against each other layer, paired t-test, Holm over the three
     peak = np.array(CLOSE[2])
     tests = {k: sps.ttest_rel(peak, v) for k, v in CLOSE.items() if k != 2}
-    holm = dict(zip(tests, _holm(np.array([t.pvalue for t in tests.values()])), strict=True))
+    holm = dict(
+        zip(tests, holm_reference(np.array([t.pvalue for t in tests.values()])), strict=True)
+    )
     assert holm[1] >= 0.05 and holm[0] < 0.05 and holm[3] < 0.05
     assert "reads best at layers 2 and 1, a tie" in text
     gap = 100 * (peak - np.array(CLOSE[1])).mean()
@@ -180,7 +172,7 @@ def test_the_committed_probe_reads_best_at_a_tie_of_layers_3_and_4():
     assert (peak, second) == (3, 4)
     others = [k for k in wide.columns if int(k) != peak]
     p = np.array([sps.ttest_rel(wide[peak], wide[k]).pvalue for k in others])
-    holm = dict(zip((int(k) for k in others), _holm(p), strict=True))
+    holm = dict(zip((int(k) for k in others), holm_reference(p), strict=True))
     tied = sorted(k for k, v in holm.items() if v >= 0.05)
     assert tied == [4]  # 0.1 points apart, p = 0.7: a tie, not a best layer
     geometry = json.loads((PROBE / "geometry.json").read_text())

@@ -19,6 +19,7 @@ from scipy.stats import ttest_rel
 from bench.report import build_report
 from bench.results.collect import collect
 from bench.results.run_records import log_launch_event
+from conftest import holm_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
@@ -174,18 +175,6 @@ def test_the_page_is_self_contained_and_written_atomically(report):
     assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by others, like any report
 
 
-def _holm(pvalues):
-    """Holm (1979) step-down adjustment, written out independently of bench."""
-    p = np.asarray(pvalues, dtype=float)
-    order = np.argsort(p)
-    adjusted = np.empty_like(p)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
-
-
 def test_headline_numbers_match_an_independent_computation(report):
     _, soup = report
     section = _section(soup, "headline")
@@ -204,7 +193,7 @@ def test_headline_numbers_match_an_independent_computation(report):
         ttest_rel(bilstm, SST2[(EVIL, "frozen")]).pvalue,
         ttest_rel(SST2[("bilstm", "full")], SST2[("linear", "full")]).pvalue,
     ]
-    holm = _holm(shown)
+    holm = holm_reference(shown)
     assert frozen["Winner"] == "bilstm" and frozen["Runner-up"] == "linear"
     assert frozen["Winner mean"] == f"{100 * np.mean(bilstm):.1f}"
     assert frozen["Margin"] == f"{100 * diffs.mean():.1f}"

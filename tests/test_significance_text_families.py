@@ -35,21 +35,12 @@ from bench.report.headline import (
 from bench.report.inputs import load_inputs
 from bench.results import crossed, tables
 from bench.results.curves import leaders_of
-from conftest import ROOT
+from conftest import ROOT, holm_reference
 
 RESULTS = ROOT / "results"
 CURVES, VARIANCE = RESULTS / "curves_sst2_rte", RESULTS / "variance_seeds"
 FAIR, GPU = RESULTS / "fair_heads", RESULTS / "fair_heads_gpu"
 Key = tuple[str, str, int]  # task, freeze, training size (0: the whole split)
-
-
-def _holm(pvalues: list[float]) -> np.ndarray:
-    p = np.asarray(pvalues, dtype=float)
-    out, running = np.empty_like(p), 0.0
-    for rank, i in enumerate(np.argsort(p)):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        out[i] = running
-    return out
 
 
 def _dev(source: Path) -> pd.DataFrame:
@@ -77,7 +68,7 @@ def _headline_tests(source: Path) -> dict[Key, dict]:
             found[key]["others"][other] = {"p": p, "diff": d.mean()}
             keys.append((key, other))
             pvalues.append(p)
-    for (key, other), adjusted in zip(keys, _holm(pvalues), strict=True):
+    for (key, other), adjusted in zip(keys, holm_reference(pvalues), strict=True):
         found[key]["others"][other]["holm"] = adjusted
     found[("", "", -1)] = {"m": len(pvalues)}
     return found
@@ -103,7 +94,7 @@ def test_a_curve_lead_that_is_a_headline_tie_says_so_and_heads_md_agrees_with_th
     curve = {k: v for k, v in tests.items() if k[:2] == ("sst2", "frozen")}
     order = [(k, o) for k, v in curve.items() for o in v["others"]]
     curve_holm = dict(
-        zip(order, _holm([curve[k]["others"][o]["p"] for k, o in order]), strict=True)
+        zip(order, holm_reference([curve[k]["others"][o]["p"] for k, o in order]), strict=True)
     )
     assert len(order) == 24
     at_2000 = curve[("sst2", "frozen", 2000)]

@@ -260,8 +260,8 @@ def agreement_sentence(a: pd.Series) -> str:
             )
     if pd.notna(a["last_gap"]) and pd.notna(a["paper_last_gap"]):
         text += (
-            f". The last layer against the second-to-last, the pair the paper's ordering "
-            f"turns on: ours {_signed(a['last_gap'])} points ("
+            ". The last layer against the second-to-last, both read with the BiLSTM as in "
+            f"the paper: ours {_signed(a['last_gap'])} points ("
         )
         if pd.notna(a["last_gap_p"]):
             text += (
