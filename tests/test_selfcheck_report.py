@@ -290,7 +290,8 @@ def _findings(record: dict, expected: dict) -> str:
     )
     # "unchanged" goes by the record's shifts, which _expected checked against ours (their
     # float32 rounding of a metric can leave ~1e-8 where ours is 0: "largest shift 0.00")
-    if all(float(s["shift"]) == 0 for s in record["settings"]):
+    atol = float(record.get("identical_atol") or 0.0)
+    if all(abs(float(s["shift"])) <= atol for s in record["settings"]):
         return text + " (unchanged)."
     text += f" (largest shift {100 * max(abs(h['shift']) for h in heads.values()):.2f} points)."
     if big is not None:
