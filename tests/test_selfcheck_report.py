@@ -498,15 +498,20 @@ def test_the_2026_11_25_record_sentence_names_the_same_score_cell_and_the_larges
     )
 
 
-def _all_identical(old: dict) -> dict:
-    """The 2026-11-25 record's six cells re-run as committed, predictions included."""
-    committed = read_table(EXPERIMENT)
-    cells = committed[
+def _old_slice(committed: pd.DataFrame) -> pd.DataFrame:
+    """The committed rows of the 2026-11-25 record's slice: SST-2 frozen, two heads, seeds 1-3."""
+    return committed[
         (committed["task"] == "sst2")
         & (committed["freeze_label"] == "frozen")
         & committed["head_label"].isin(["mean_linear", "last4_concat"])
         & committed["seed"].isin([1, 2, 3])
     ].copy()
+
+
+def _all_identical(old: dict) -> dict:
+    """The 2026-11-25 record's six cells re-run as committed, predictions included."""
+    committed = read_table(EXPERIMENT)
+    cells = _old_slice(committed)
     found = compare(committed, cells).records()
     for cell in found["cells"]:
         cell["changed"], cell["n_predictions"] = 0.0, 872  # every prediction compared, none moved
@@ -564,12 +569,7 @@ def test_a_record_the_results_no_longer_match_is_flagged(tmp_path, old):
 
 def test_a_head_that_moved_out_of_its_interval_is_not_reproduced(old):
     committed = read_table(EXPERIMENT)
-    cells = committed[
-        (committed["task"] == "sst2")
-        & (committed["freeze_label"] == "frozen")
-        & committed["head_label"].isin(["mean_linear", "last4_concat"])
-        & committed["seed"].isin([1, 2, 3])
-    ].copy()
+    cells = _old_slice(committed)
     moved = (cells["head_label"] == "last4_concat") & (cells["split"] == "dev")
     cells.loc[moved, "value"] -= 0.05  # three seeds 5 points lower: the mean leaves both
     moved_record = {**old, **compare(committed, cells).records()}
