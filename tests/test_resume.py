@@ -288,6 +288,7 @@ def test_cpu_heads_is_the_promised_grid(tmp_path):
     assert {p[4] for p in parts} == {"seed=1", "seed=2", "seed=3"}
 
 
+@pytest.mark.slow  # the retired layers_sst2 preset's 60-cell plan (~20 s of composition)
 def test_layers_sst2_is_the_promised_grid(tmp_path):
     cells = plan(CONF, ["experiment=layers_sst2", f"runs_dir={tmp_path}"], multirun=False)
     parts = [cell.run_dir.relative_to(tmp_path).parts for cell in cells]

@@ -226,6 +226,7 @@ def test_bert_table7_sweeps_rows_and_seeds():
     assert len(plan(CONF, ["experiment=bert_table7", "seed=2"], multirun=True)) == 7
 
 
+@pytest.mark.slow  # the retired bert_table7 preset end to end (~35 s): its plan is tested above
 def test_bert_table7_multirun_from_the_command_line(small_conll, tmp_path):
     started = time.perf_counter()
     proc = subprocess.run(
