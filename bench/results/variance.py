@@ -138,10 +138,15 @@ def order_design(runs: pd.DataFrame) -> str:
         :data:`ORDER_IS_SEED` when each run's order seed is its seed, :data:`ONE_ORDER`
         when every run has the same one, :data:`NOT_CROSSED` otherwise.
     """
+    return _design(runs, run_grid(runs))
+
+
+def _design(runs: pd.DataFrame, grid: pd.DataFrame | None) -> str:
+    """:func:`order_design` given the runs' :func:`run_grid` (computed once by the caller)."""
     own = runs[runs["order_seed"] != ORDER_FROM_SEED]
     if own.empty:
         return FROM_SEED
-    if run_grid(runs) is not None:
+    if grid is not None:
         return CROSSED
     if bool((own["order_seed"] == own["seed"]).all()):
         return ORDER_IS_SEED
@@ -169,7 +174,7 @@ def order_designs(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 **dict(zip(GROUP_KEYS, keys, strict=True)),
-                "design": order_design(group),
+                "design": _design(group, grid),
                 "n_seeds": int(group["seed"].nunique()),
                 "n_orders": int(grid.shape[1]) if grid is not None else int(own.nunique()),
             }
