@@ -99,6 +99,50 @@ def test_a_handler_installed_before_is_called_not_replaced() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def test_a_stop_that_killed_the_dataloader_workers_exits_as_an_interruption() -> None:
+    """The CI failure of 2026-11-27: SIGTERM's handler raised, then torch's SIGCHLD handler
+    replaced the interruption with "DataLoader worker ... is killed by signal" (exit 1)."""
+    script = ROOT / "tests" / "scripts" / "stop_with_dead_workers.py"
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-3000:]
+    assert "DataLoader worker" not in done.stderr and "not interrupted" not in done.stdout
+
+
+def test_after_sigterm_only_a_dataloader_workers_death_is_tolerated() -> None:
+    raises = [
+        RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated."),
+        RuntimeError("something else"),
+        None,
+    ]
+    calls: list[int] = []
+
+    def torch_like(signum: int, frame: object) -> None:
+        calls.append(signum)
+        err = raises[len(calls) - 1]
+        if err is not None:
+            raise err
+
+    signal.signal(signal.SIGCHLD, torch_like)
+    try:
+        interrupts.watch()
+        assert signal.getsignal(signal.SIGCHLD) is torch_like  # untouched before a stop
+        with pytest.raises(interrupts.Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+        wrapped = signal.getsignal(signal.SIGCHLD)
+        assert callable(wrapped) and wrapped is not torch_like
+        wrapped(signal.SIGCHLD, None)  # the worker the stop killed: no error
+        with pytest.raises(RuntimeError, match="something else"):
+            wrapped(signal.SIGCHLD, None)
+        wrapped(signal.SIGCHLD, None)
+        assert calls == [signal.SIGCHLD] * 3  # the handler before it runs every time
+        interrupts.reset()
+        assert signal.getsignal(signal.SIGCHLD) is torch_like
+    finally:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def test_after_a_stop_an_error_is_an_interruption_and_no_failure_is_recorded(
     compose_cfg: Callable[..., DictConfig], tmp_path: Path
 ) -> None:

@@ -18,6 +18,13 @@ after it in the same interpreter (a notebook, a REPL) is the user's new request.
 A SIGTERM whose previous handler was the default (the process would have died) raises
 :class:`Interrupted` at once, also inside ``Trainer.fit`` (Lightning calls the handler it
 found installed after its own); SIGINT keeps its ``KeyboardInterrupt``.
+
+The same SIGTERM kills the DataLoader workers, and torch's SIGCHLD handler raises "DataLoader
+worker ... is killed by signal" when their deaths are reported. Pending together, SIGTERM's
+handler runs first (signals are handled in number order) and SIGCHLD's while the
+:class:`Interrupted` unwinds, where its error would replace the interruption (the process would
+exit 1, not 143, and skip the cleanup it was in). After SIGTERM, the death of a DataLoader
+worker is therefore no error (:func:`_tolerate_worker_deaths`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _received: int | None = None
 _previous: dict[int, Any] = {}
+#: SIGCHLD's handler (torch's, for DataLoader workers) before :func:`_tolerate_worker_deaths`.
+_previous_sigchld: Any = None
 
 
 class Interrupted(SystemExit):
@@ -56,11 +65,32 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     global _received
     if _received is None:
         _received = signum
+    if signum == signal.SIGTERM:
+        _tolerate_worker_deaths()
     previous = _previous.get(signum)
     if callable(previous):
         previous(signum, frame)  # SIGINT: Python's default raises KeyboardInterrupt
     elif previous in (signal.SIG_DFL, None):
         raise Interrupted(signum)  # the process would have died: unwind it instead
+
+
+def _after_stop_sigchld(signum: int, frame: FrameType | None) -> None:
+    try:
+        _previous_sigchld(signum, frame)
+    except RuntimeError as err:  # torch's: a worker the stop killed; anything else goes on
+        if not str(err).startswith("DataLoader worker"):
+            raise
+
+
+def _tolerate_worker_deaths() -> None:
+    """Make SIGCHLD's handler ignore DataLoader workers that died (of the stop signal)."""
+    global _previous_sigchld
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGCHLD)
+    if callable(current) and current is not _after_stop_sigchld:
+        _previous_sigchld = current
+        signal.signal(signal.SIGCHLD, _after_stop_sigchld)
 
 
 def watch() -> None:
@@ -124,10 +154,13 @@ def as_interruption(err: BaseException) -> BaseException:
 
 def reset() -> None:
     """Forget a received signal and restore the handlers :func:`watch` replaced (tests)."""
-    global _received
+    global _received, _previous_sigchld
     _received = None
     if threading.current_thread() is threading.main_thread():
         for signum, previous in _previous.items():
             if signal.getsignal(signum) is _handle and previous is not None:
                 signal.signal(signum, previous)
+        if signal.getsignal(signal.SIGCHLD) is _after_stop_sigchld:
+            signal.signal(signal.SIGCHLD, _previous_sigchld)
     _previous.clear()
+    _previous_sigchld = None
