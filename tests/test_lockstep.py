@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from bench.cell import config_hash
+from bench.run import lockstep
 from bench.run.lockstep import NotLockstep, group_cells, group_key, train_group, train_trials
 from bench.run.search import run_with_search, select_config
 from bench.run.train import prepare_cell, run
@@ -142,12 +143,24 @@ def test_last4_concat_and_regression_selected_on_dev(compose_cfg, data_dir, tmp_
         _same_numbers(a, b, tol=0.0)
 
 
-def test_a_diverging_cell_leaves_the_group_and_the_others_finish(compose_cfg, data_dir, tmp_path):
+def test_a_diverging_cell_leaves_the_group_and_the_others_finish(
+    compose_cfg, data_dir, tmp_path, monkeypatch
+):
     cells = [
         ("head=linear", "seed=1"),
         ("head=linear", "seed=2", "optim.frozen_head_lr=1e37", "optim.weight_decay=0.0"),
         ("head=pooler", "seed=1"),
     ]
+    record = lockstep.record_failure
+
+    def slow_record(*args, **kwargs):
+        """Recording the divergence takes a while (a slow disk): the cell's own time, in its
+        wall, never also shared among the cells still training (CI, 2026-11-27: the walls
+        added up to more than the group's wall when it was both)."""
+        time.sleep(0.5)
+        return record(*args, **kwargs)
+
+    monkeypatch.setattr(lockstep, "record_failure", slow_record)
     _, alone, together = _alone_and_together(compose_cfg, data_dir, tmp_path, cells)
     assert alone[1]["status"] == together[1]["status"] == "diverged"
     assert alone[1]["diverged_step"] == together[1]["diverged_step"]

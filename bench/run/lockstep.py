@@ -611,6 +611,8 @@ def _train_cells(
                 since = charge(since)  # batch gathering, counted per step
                 for cell, loss in ended:
                     end(cell, DivergedError(step, loss))
+                if ended:  # their conclusion is their own time (in their wall_time_s), not
+                    since = time.perf_counter()  # the group's to share among the others
                 timer.count(batch["attention_mask"])
                 step += 1
             timer.stop()
