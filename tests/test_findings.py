@@ -59,9 +59,22 @@ def _verdicts(table: pd.DataFrame) -> tuple[dict, int, int]:
 
 
 def _best_heads(finding: str) -> str:
-    """The list of best heads of a Findings bullet (after its family, before the counts)."""
-    after = finding.split("Best head by mean, with its verdict against the other heads", 1)[1]
-    return after.split(") — ", 1)[1].split(". The winner", 1)[0]
+    """The lists of best heads of a Findings bullet (after each family, before its counts).
+
+    The headline's list, then each study's (``... study (...): best head by mean, ...``).
+    """
+    parts = finding.split("est head by mean, with its verdict against the other heads")[1:]
+    return "; ".join(p.split(") — ", 1)[1].split(". The winner", 1)[0] for p in parts)
+
+
+def _headline_only(table: pd.DataFrame) -> pd.DataFrame:
+    """fair_heads' headline settings: not its full fine-tuning study (tests/test_studies.py)."""
+    return table[table.freeze_label != "full"]
+
+
+def _study_only(table: pd.DataFrame) -> pd.DataFrame:
+    """fair_heads' full fine-tuning study, its own Holm family."""
+    return table[table.freeze_label == "full"]
 
 
 def _best_constants(table: pd.DataFrame) -> dict:
@@ -103,7 +116,7 @@ def test_a_setting_whose_best_mean_does_not_beat_the_best_constant_names_no_winn
 @pytest.mark.skipif(not (RESULTS / "fair_heads" / "results.csv").is_file(), reason="not run")
 def test_the_fair_heads_finding_matches_an_independent_computation():
     table = pd.read_csv(RESULTS / "fair_heads" / "results.csv")
-    winners, significant, n_shown = _verdicts(table)
+    winners, _, _ = _verdicts(table)
     text = findings.experiment_finding(RESULTS / "fair_heads")
     constant = _best_constants(table)
     for (task, freeze), (winner, mean) in winners.items():
@@ -112,10 +125,14 @@ def test_the_fair_heads_finding_matches_an_independent_computation():
             assert f"{title[task]} no winner (best `{winner}` {100 * mean:.1f}, not above" in text
         else:
             assert f"{title[task]} `{winner}` {100 * mean:.1f}" in text
-    assert (
-        f"in {significant} of {len(winners)} settings and of every other head of its setting"
-    ) in text
+    head, significant, n_shown = _verdicts(_headline_only(table))
+    assert f"a tier marks those) in {significant} of {len(head)} settings" in text
     assert f"Holm over all {n_shown} headline comparisons" in text
+    study, significant, n_study = _verdicts(_study_only(table))
+    assert (
+        f"Holm over the study's {n_study} comparisons; a tier marks those) in {significant} of "
+        f"{len(study)} settings and of every other head of its setting"
+    ) in text
 
 
 def test_check_fails_on_a_stale_block_and_write_repairs_it(tmp_path):
@@ -358,7 +375,8 @@ def _leader_tests(table: pd.DataFrame) -> dict:
 @pytest.mark.skipif(not (FAIR / "results.csv").is_file(), reason="not run")
 def test_the_findings_name_the_heads_each_best_head_ties_with(fair_finding):
     table = pd.read_csv(FAIR / "results.csv")
-    computed = _leader_tests(table)
+    computed = _leader_tests(_headline_only(table))
+    computed["settings"].update(_leader_tests(_study_only(table))["settings"])
     best = _best_heads(fair_finding)
     constant = _best_constants(table)
     for (task, freeze), found in computed["settings"].items():
@@ -395,9 +413,9 @@ def test_the_margin_beside_holms_p_is_the_simultaneous_interval_in_readme_and_fi
     fair_finding,
 ):
     table = pd.read_csv(FAIR / "results.csv")
-    computed = _leader_tests(table)
+    computed = _leader_tests(_headline_only(table))  # the full fine-tuning study is apart
     m = computed["m"]
-    assert m == 28
+    assert m == _verdicts(_headline_only(table))[2]
     mrpc = computed["settings"][("mrpc", "frozen")]
     test, _, p_holm = mrpc["others"]["linear"]
     one = test.confidence_interval(0.95)
@@ -407,19 +425,19 @@ def test_the_margin_beside_holms_p_is_the_simultaneous_interval_in_readme_and_fi
     text = readme.experiment_readme(FAIR)
     line = next(x for x in text.splitlines() if x.startswith("- MRPC, frozen:"))
     assert (
-        "simultaneous 95% interval over all 28 headline comparisons (Bonferroni): "
+        f"simultaneous 95% interval over all {m} headline comparisons (Bonferroni): "
         f"{100 * sim.low:.1f} to {100 * sim.high:.1f}"
     ) in line
     assert f"{100 * one.low:.1f} to {100 * one.high:.1f}" not in line
     assert f"p = {p_holm:.2g}, not significant" in line
     row = next(x for x in text.splitlines() if x.startswith("| MRPC | frozen |"))
     assert f"| {100 * sim.low:.1f} to {100 * sim.high:.1f} |" in row
-    assert "Margin, simultaneous 95% interval (Bonferroni over m = 28)" in text
+    assert f"Margin, simultaneous 95% interval (Bonferroni over m = {m})" in text
     # the Findings' largest significant margin: STS-B frozen, with its simultaneous interval
     stsb = computed["settings"][("stsb", "frozen")]["others"]["bilstm"][0]
     big = stsb.confidence_interval(1 - 0.05 / m)
     assert (
-        "simultaneous 95% interval over all 28 headline comparisons (Bonferroni): "
+        f"simultaneous 95% interval over all {m} headline comparisons (Bonferroni): "
         f"{100 * big.low:.1f} to {100 * big.high:.1f}"
     ) in fair_finding
 

@@ -11,6 +11,7 @@ from bench.report.inputs import ReportInputs
 from bench.report.style import Palette
 from bench.results import stats
 from bench.results.curves import freeze_text, size_key, sized_settings
+from bench.results.studies import Study, studies_of
 from bench.results.tables import METRIC_NAMES, interval_text
 
 
@@ -27,6 +28,9 @@ class ReportContext:
         multi_encoder: Whether the report covers several encoders.
         sized: The (task, encoder, freeze_label) settings that ran at several training
             sizes (:func:`bench.results.curves.sized_settings`): shown with their size.
+        studies: The studies of the newest launch's preset
+            (:func:`bench.results.studies.studies_of`): settings reported apart from the
+            headline, each its own Holm family; ``()`` when none.
     """
 
     inputs: ReportInputs
@@ -36,6 +40,7 @@ class ReportContext:
     comparisons: pd.DataFrame
     multi_encoder: bool
     sized: frozenset[tuple[str, str, str]] = frozenset()
+    studies: tuple[Study, ...] = ()
 
     def freeze_text(self, row: pd.Series | dict) -> str:
         """A row's freezing label, with its training size where the setting has several.
@@ -86,6 +91,7 @@ def build_context(inputs: ReportInputs) -> ReportContext:
         comparisons=comparisons,
         multi_encoder=table["encoder"].nunique() > 1,
         sized=sized_settings(cells),
+        studies=studies_of(str(inputs.launch.get("command") or "")),
     )
 
 

@@ -18,9 +18,18 @@ from pathlib import Path
 import pandas as pd
 
 from bench.atomic import atomic_write
-from bench.report.context import build_context, points, pvalue, short_metric, threshold_name
+from bench.report.context import (
+    ReportContext,
+    build_context,
+    points,
+    pvalue,
+    short_metric,
+    threshold_name,
+)
 from bench.report.devices import device_caveat
 from bench.report.headline import (
+    families,
+    family_in,
     has_winner,
     headline_comparisons,
     headline_frame,
@@ -28,6 +37,7 @@ from bench.report.headline import (
     lead_count_text,
     setting_ties,
     simultaneous_words,
+    study_label,
     test_words,
     tested_phrase,
 )
@@ -56,6 +66,7 @@ from bench.results.curves import (
 )
 from bench.results.predictions import read_predictions
 from bench.results.stats import SETTING_KEYS
+from bench.results.studies import HEADLINE
 from bench.results.tables import interval_text
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -91,40 +102,12 @@ def experiment_finding(source: Path) -> str:
     if frame.empty:
         return f"- **`{name}`**: no successful cell yet.\n"
     every = int(ctx.cells["head_label"].nunique())
-    ran = ctx.cells.groupby(list(SETTING_KEYS), sort=False)["head_label"].nunique()
-    winners = []
-    for freeze, group in frame.groupby("freeze_label", sort=False):
-        per_task = ", ".join(
-            f"{task_title(r['task'])}"
-            + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
-            + _winner_text(
-                r,
-                shown,
-                partial_note(int(r["n_heads"]), int(ran[tuple(r[k] for k in SETTING_KEYS)]), every),
-            )
-            for _, r in group.iterrows()
-        )
-        winners.append(f"{freeze}: {per_task}")
-    clear = frame[frame["significant"] & has_winner(frame)]
+    text = f"- **`{name}`** ({what_ran(ctx)})"
+    for family, mine, compared in families(frame, shown):
+        if family != HEADLINE:
+            text += f" {study_label(ctx, family)}:"
+        text += _family_finding(ctx, mine, compared, family != HEADLINE)
     partial = int((frame["n_heads"] < every).sum())
-    family = f"{test_words(frame)}, Holm over {tested_phrase(shown)}"
-    counts = lead_count_text(frame, shown, f"{family}; a tier marks those", code=True)
-    text = (
-        f"- **`{name}`** ({what_ran(ctx)}) Best head by mean, with its verdict against the "
-        f"other heads of its setting ({family}) — " + "; ".join(winners) + ". "
-        f"{counts[0].upper()}{counts[1:]}"
-    )
-    if not clear.empty:
-        top = clear.sort_values("margin", ascending=False).iloc[0]
-        text += (
-            f"; the largest margin over a runner-up: {task_title(top['task'])} "
-            f"{top['freeze_shown']}, `{top['winner']}` over `{top['runner_up']}` by "
-            f"{points(top['margin'])} {short_metric(top['metric'])} points "
-            f"({simultaneous_words(int(top['n_comparisons']))}: "
-            f"{interval_text(top['sim_low'], top['sim_high'])}; "
-            f"Holm's p = {pvalue(top['p_holm'])}{holm_beyond_bonferroni(top)})"
-        )
-    text += "."
     if partial:  # only experiments where some heads did not run everywhere
         text += f" {partial_count_text(partial, len(frame), every)}"
     devices = device_caveat(ctx.inputs.cells, code=True)
@@ -148,6 +131,57 @@ def experiment_finding(source: Path) -> str:
     if selfcheck is not None:  # only results with a committed selfcheck.json
         text += f" {selfcheck}"
     return text + "\n"
+
+
+def _family_finding(
+    ctx: ReportContext, frame: pd.DataFrame, shown: pd.DataFrame, study: bool
+) -> str:
+    """One family's part of a findings bullet: its winners, the count, the largest margin.
+
+    Args:
+        ctx: The report context.
+        frame: The family's :func:`bench.report.headline.headline_frame` rows.
+        shown: Its :func:`bench.report.headline.headline_comparisons` rows.
+        study: Whether the family is a study (its sentence starts in lower case).
+
+    Returns:
+        `` Best head by mean, with its verdict ... — frozen: ...; full: .... The winner is
+        significantly ahead ... .`` (with a leading space).
+    """
+    every = int(ctx.cells["head_label"].nunique())
+    ran = ctx.cells.groupby(list(SETTING_KEYS), sort=False)["head_label"].nunique()
+    winners = []
+    for freeze, group in frame.groupby("freeze_label", sort=False):
+        per_task = ", ".join(
+            f"{task_title(r['task'])}"
+            + (f" ({size_text(r['train_size'])})" if r["freeze_shown"] != freeze else "")
+            + _winner_text(
+                r,
+                shown,
+                partial_note(int(r["n_heads"]), int(ran[tuple(r[k] for k in SETTING_KEYS)]), every),
+            )
+            for _, r in group.iterrows()
+        )
+        winners.append(f"{freeze}: {per_task}")
+    clear = frame[frame["significant"] & has_winner(frame)]
+    family = f"{test_words(frame)}, Holm over {tested_phrase(shown)}"
+    counts = lead_count_text(frame, shown, f"{family}; a tier marks those", code=True)
+    text = (
+        f" {'b' if study else 'B'}est head by mean, with its verdict against the "
+        f"other heads of its setting ({family}) — " + "; ".join(winners) + ". "
+        f"{counts[0].upper()}{counts[1:]}"
+    )
+    if not clear.empty:
+        top = clear.sort_values("margin", ascending=False).iloc[0]
+        text += (
+            f"; the largest margin over a runner-up: {task_title(top['task'])} "
+            f"{top['freeze_shown']}, `{top['winner']}` over `{top['runner_up']}` by "
+            f"{points(top['margin'])} {short_metric(top['metric'])} points "
+            f"({simultaneous_words(int(top['n_comparisons']), family_in(top))}: "
+            f"{interval_text(top['sim_low'], top['sim_high'])}; "
+            f"Holm's p = {pvalue(top['p_holm'])}{holm_beyond_bonferroni(top)})"
+        )
+    return text + "."
 
 
 def partial_text(scored: int, ran: int, every: int) -> str:
@@ -227,7 +261,11 @@ def _winner_text(r: pd.Series, shown: pd.DataFrame, partial: str = "") -> str:
     notes = []
     if r["significant"]:
         notes.append(f"{r['tier']} over `{r['runner_up']}`")
-    tied, untested = setting_ties(shown, r)
+    tied, untested, behind = setting_ties(shown, r)
+    if behind:
+        notes.append(
+            "significantly behind " + ", ".join(f"`{h}`" for h in behind) + " on the seeds both ran"
+        )
     if tied:
         notes.append("tied with " + ", ".join(f"`{h}`" for h in tied))
     if untested:
@@ -532,6 +570,8 @@ def _ece_notes(b: pd.Series, every: int) -> str:
         notes.append(f"tied with {b['tied']}")
     if b["untested"]:
         notes.append(f"not told apart from {b['untested']} (no test: too few paired seeds)")
+    if b.get("behind"):
+        notes.append(f"significantly behind {b['behind']} on the seeds both ran")
     if b["left_out"]:
         notes.append(f"lower ECE only at chance, left out: {b['left_out']}")
     partial = partial_note(int(b["n_heads"]), int(b["n_heads"]), every)
@@ -604,7 +644,7 @@ def lowest_ece(runs: pd.DataFrame, standing: pd.DataFrame | None = None) -> pd.D
         last): the setting keys, ``sized``, ``n_heads`` (heads with probabilities),
         ``head`` (None where no head learned), ``ece``, ``accuracy`` (its mean accuracy),
         ``score`` (the main metric), ``threshold`` (its best constant prediction),
-        ``standing`` (its main score against that), ``tied`` and ``untested``
+        ``standing`` (its main score against that), ``tied``, ``untested`` and ``behind``
         (backquoted head names, as :func:`bench.report.headline.setting_ties`),
         ``left_out`` (heads left out with a lower ECE, with their ECE and accuracy),
         ``n_comparisons`` (the Holm family of the ties: every setting's lowest head against
@@ -652,12 +692,13 @@ def lowest_ece(runs: pd.DataFrame, standing: pd.DataFrame | None = None) -> pd.D
             "standing": "",
             "tied": "",
             "untested": "",
+            "behind": "",
             "left_out": "",
             "n_comparisons": m,
         }
         if not ranked.empty:
             top = ranked.iloc[0]
-            tied, untested = setting_ties(shown, top)
+            tied, untested, behind = setting_ties(shown, top)
             lower = group[
                 (group["standing"] == stats.NOT_ABOVE) & (-group["mean"] < -top["mean"])
             ].sort_values("mean", ascending=False)
@@ -670,6 +711,7 @@ def lowest_ece(runs: pd.DataFrame, standing: pd.DataFrame | None = None) -> pd.D
                 standing=str(top["standing"]),
                 tied=", ".join(f"`{h}`" for h in tied),
                 untested=", ".join(f"`{h}`" for h in untested),
+                behind=", ".join(f"`{h}`" for h in behind),
                 left_out=", ".join(
                     f"`{r['head_label']}` {points(-r['mean'])} at {points(r['accuracy'])} acc"
                     for _, r in lower.iterrows()

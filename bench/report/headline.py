@@ -12,6 +12,8 @@ the number of trials follows when the sweep ran a search.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -32,13 +34,14 @@ from bench.report.context import (
     threshold_name,
 )
 from bench.report.devices import device_caveat
-from bench.report.html import Section, bullet_list, figure, paragraph, table
+from bench.report.html import Section, bullet_list, esc, figure, paragraph, table
 from bench.report.per_example import N_RESAMPLES, per_example_row
 from bench.report.preset_grid import unrun_text
 from bench.report.style import svg_data_uri, task_title
 from bench.results import stats
 from bench.results.curves import freeze_text
 from bench.results.stats import ALPHA
+from bench.results.studies import HEADLINE, comparisons_words, family_of, holm_families
 from bench.results.tables import (
     interval_text,
     paired_runs_text,
@@ -84,21 +87,86 @@ HEADLINE_COLUMNS = [
     "threshold",
     "vs_constant",
     "reason",
+    "behind",
+    "family",
 ]
 #: Points of the expected-validation-performance table (trials tried).
 EVP_TRIALS = (1, 2, 3, 6, 10)
 
 
 def headline_comparisons(ctx: ReportContext) -> pd.DataFrame:
-    """Winner vs every other head of every setting, Holm-corrected over all of them.
+    """Winner vs every other head of every setting, Holm-corrected over each family.
+
+    The headline is one family; each study of the experiment's preset (``ctx.studies``,
+    :mod:`bench.results.studies`) is its own.
 
     Returns:
         :func:`bench.results.stats.compare_heads` rows oriented as winner − other, with
-        ``p_holm_all``, ``n_comparisons_all`` and ``significance`` of
-        :func:`bench.results.stats.holm_all` (empty when no setting has two heads).
+        ``family`` and the ``p_holm_all``, ``n_comparisons_all`` and ``significance`` of
+        :func:`bench.results.stats.holm_all` within it (empty when no setting has two heads).
     """
     rows = stats.leader_comparisons(ctx.cells, ctx.comparisons)
-    return rows if rows.empty else stats.holm_all(rows)
+    return rows if rows.empty else holm_families(rows, ctx.studies)
+
+
+def families(
+    frame: pd.DataFrame, shown: pd.DataFrame
+) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """A verdict split by family, the headline first, then each study in the preset's order.
+
+    Args:
+        frame: :func:`headline_frame` (its ``family``).
+        shown: :func:`headline_comparisons` (its ``family``).
+
+    Returns:
+        ``(family, its frame rows, its comparisons)`` for each family with a setting.
+    """
+    names = [HEADLINE] + [f for f in dict.fromkeys(frame["family"]) if f != HEADLINE]
+    out = []
+    for name in names:
+        part = frame[frame["family"] == name]
+        if part.empty:
+            continue
+        mine = shown[shown["family"] == name] if "family" in shown else shown
+        out.append((str(name), part, mine))
+    return out
+
+
+def family_in(rows: pd.DataFrame | pd.Series | dict) -> str:
+    """The family of verdict or comparison rows (:data:`HEADLINE` where they name none)."""
+    if isinstance(rows, pd.DataFrame):
+        found = rows["family"].dropna() if "family" in rows else pd.Series(dtype=object)
+        return str(found.iloc[0]) if len(found) else HEADLINE
+    value = rows.get("family")
+    return str(value) if isinstance(value, str) and value else HEADLINE
+
+
+def study_label(ctx: ReportContext, family: str) -> str:
+    """A study's heading, with its seeds and trials from the data.
+
+    Returns:
+        ``Full fine-tuning study (5 seeds, 4 trials; not part of the headline)``.
+    """
+    cells = ctx.cells[(family_of(ctx.cells, ctx.studies) == family) & (ctx.cells["n_runs"] > 0)]
+    parts = [_count_range(cells["n_runs"].astype(int).tolist(), "seed")]
+    records = [c for c in ctx.inputs.cells if isinstance(c, dict)]
+    if records:
+        where = pd.DataFrame([c.get("cell") or {} for c in records])
+        trials = [
+            int((c.get("search") or {}).get("trials") or 0)
+            for c, mine in zip(records, family_of(where, ctx.studies) == family, strict=True)
+            if mine
+        ]
+        if any(trials):
+            parts.append(_count_range(trials, "trial"))
+    return f"{family[:1].upper()}{family[1:]} ({', '.join(parts)}; not part of the headline)"
+
+
+def _count_range(values: list[int], unit: str) -> str:
+    """``5 seeds``, ``3–5 seeds`` (the spread of a count over cells)."""
+    low, high = min(values, default=0), max(values, default=0)
+    span = f"{low}" if low == high else f"{low}–{high}"
+    return f"{span} {unit}{'' if high == 1 else 's'}"
 
 
 def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -171,6 +239,8 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             threshold=best["threshold"],
             vs_constant=stats.against_threshold(best["mean"], best["t_low"], best["threshold"]),
             reason="only one head",
+            behind="",
+            family=HEADLINE,
         )
         if len(ranked) > 1:
             runner = ranked.iloc[1]
@@ -182,8 +252,12 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
             mine = shown
             for column, value in zip(SETTING, keys, strict=True):
                 mine = mine[mine[column] == value]
-            tied, untested = setting_ties(shown, row)
-            row.update(tied=", ".join(tied), untested=", ".join(untested))
+            ties = setting_ties(shown, row)
+            row.update(
+                tied=", ".join(ties.tied),
+                untested=", ".join(ties.untested),
+                behind=", ".join(ties.behind),
+            )
             pair = mine[mine["head_b"] == runner["head_label"]]
             if pair.empty or int(pair.iloc[0]["n_pairs"]) == 0:
                 row["reason"] = "no seed that both heads completed"
@@ -207,32 +281,53 @@ def headline_frame(ctx: ReportContext, shown: pd.DataFrame | None = None) -> pd.
                 )
                 row["significant"] = bool(r["ahead"])
         rows.append(row)
-    return pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+    frame = pd.DataFrame(rows, columns=HEADLINE_COLUMNS)
+    frame["family"] = family_of(frame, ctx.studies)
+    return frame
 
 
-def setting_ties(shown: pd.DataFrame, row: pd.Series | dict) -> tuple[list[str], list[str]]:
-    """The heads a setting's winner is not shown to beat: tested and tied, or untested.
+class Ties(NamedTuple):
+    """The heads a setting's winner by mean is not shown to beat (:func:`setting_ties`).
+
+    Attributes:
+        tied: Tested, and not significantly different from the winner after Holm.
+        untested: Without a test (too few paired seeds, constant differences).
+        behind: Significantly *ahead of* the winner on the seeds both ran, after Holm
+            (possible where the heads have unequal seed sets: :func:`stats.holm_all`).
+    """
+
+    tied: list[str]
+    untested: list[str]
+    behind: list[str]
+
+
+def setting_ties(shown: pd.DataFrame, row: pd.Series | dict) -> Ties:
+    """The heads a setting's winner is not shown to beat: tied, untested, or ahead of it.
 
     Args:
-        shown: :func:`headline_comparisons` (winner − other, Holm over all of them).
+        shown: :func:`headline_comparisons` (winner − other, Holm within its family).
         row: Anything with the :data:`SETTING` keys (a :func:`headline_frame` row).
 
     Returns:
-        ``(tied, untested)``: the other heads whose comparison has a p but is not
-        significantly behind the winner after Holm (a tie by the headline's own test), and
-        those without a test (``reason``: too few paired seeds, constant differences), in
-        the table's order.
+        :class:`Ties`, each list in the table's order: the other heads whose comparison
+        has a p but no significant difference after Holm (a tie by the headline's own
+        test), those without a test, and those significantly ahead of the winner by mean
+        on the paired seeds (a significant difference with the winner behind: not a tie).
     """
     if shown.empty:
-        return [], []
+        return Ties([], [], [])
     mine = shown
     for column in SETTING:
         mine = mine[mine[column] == row[column]]
     tested = mine["p"].notna()
     ahead = mine["ahead"].astype(bool)
-    tied = [str(h) for h in mine[tested & ~ahead]["head_b"]]
-    untested = [str(h) for h in mine[~tested]["head_b"]]
-    return tied, untested
+    holm = pd.to_numeric(mine["p_holm_all"], errors="coerce")
+    behind = tested & ~ahead & (holm < ALPHA)
+    return Ties(
+        tied=[str(h) for h in mine[tested & ~ahead & ~behind]["head_b"]],
+        untested=[str(h) for h in mine[~tested]["head_b"]],
+        behind=[str(h) for h in mine[behind]["head_b"]],
+    )
 
 
 def _tier(r: pd.Series) -> str:
@@ -359,7 +454,9 @@ def _tie_text(r: pd.Series) -> str:
     """
     untested = r.get("untested")
     untested = untested if isinstance(untested, str) else ""
-    if not r["tied"] and not untested:
+    behind = r.get("behind")
+    behind = behind if isinstance(behind, str) else ""
+    if not r["tied"] and not untested and not behind:
         return ""
     m = int(r["n_comparisons"])
     family = f"Holm over the same {m}" if m > 1 else "no correction: one comparison"
@@ -375,24 +472,37 @@ def _tie_text(r: pd.Series) -> str:
         text += f"{lead} ({_test_name(r)}, {family}): {r['tied']}."
     if untested:
         text += f" Not tested against {best} (no test on their paired seeds): {untested}."
+    if behind:
+        text += (
+            f" Significantly ahead of {best} on the seeds both ran ({_test_name(r)}, "
+            f"{family}): {behind}."
+        )
     return text
 
 
-def simultaneous_words(m: int) -> str:
+def every_comparison(family: str) -> str:
+    """``every headline comparison``, or for a study ``every comparison of the study``."""
+    return "every headline comparison" if family == HEADLINE else "every comparison of the study"
+
+
+def simultaneous_words(m: int, family: str = HEADLINE) -> str:
     """The adjustment of a margin's interval in words, with the family it is adjusted over.
 
     Args:
         m: The comparisons with a test that Holm corrects together (``n_comparisons``).
+        family: Whose comparisons (:data:`~bench.results.studies.HEADLINE` or a study).
 
     Returns:
-        ``simultaneous 95% interval over all 28 headline comparisons (Bonferroni)``, or
-        for a family of one, ``95% t-interval`` (there is nothing to adjust).
+        ``simultaneous 95% interval over all 28 headline comparisons (Bonferroni)`` (a
+        study: ``over the study's 8 comparisons``), or for a family of one, ``95%
+        t-interval`` (there is nothing to adjust).
     """
+    own = "headline comparison" if family == HEADLINE else "comparison of the study"
     if m < 1:
-        return "interval (none: no headline comparison has a test)"
+        return f"interval (none: no {own} has a test)"
     if m == 1:
-        return "95% t-interval (the only headline comparison with a test)"
-    return f"simultaneous 95% interval over all {m} headline comparisons (Bonferroni)"
+        return f"95% t-interval (the only {own} with a test)"
+    return f"simultaneous 95% interval over {comparisons_words(family, m)} (Bonferroni)"
 
 
 def margin_evidence(r: pd.Series) -> str:
@@ -408,7 +518,7 @@ def margin_evidence(r: pd.Series) -> str:
     m = int(r["n_comparisons"])
     family = f"the same {m}" if m > 1 else "that one"
     return (
-        f"{simultaneous_words(m)}: {interval_text(r['sim_low'], r['sim_high'])}; "
+        f"{simultaneous_words(m, family_in(r))}: {interval_text(r['sim_low'], r['sim_high'])}; "
         f"{_test_name(r)}, Holm over {family}: p = {pvalue(r['p_holm'])}"
     )
 
@@ -468,9 +578,10 @@ def tested_phrase(shown: pd.DataFrame) -> str:
     """
     tested = int(shown["p"].notna().sum()) if not shown.empty else 0
     untested = len(shown) - tested
+    family = family_in(shown)
     if not tested:  # nothing to correct (one seed per head, as in quick)
-        return f"no comparison (all {untested} headline comparisons had too few paired seeds)"
-    text = f"all {tested} headline comparisons"
+        return f"no comparison ({comparisons_words(family, untested)} had too few paired seeds)"
+    text = comparisons_words(family, tested)
     if untested:
         text += f" with a test ({untested} more had too few paired seeds for one)"
     return text
@@ -515,8 +626,9 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame, heads: int | None = No
         return text + "No setting has two heads to compare."
     significant = int(shown["ahead"].astype(bool).sum())
     tested = int(shown["p"].notna().sum())
+    which = "headline comparisons" if family_in(shown) == HEADLINE else "comparisons of the study"
     text += (
-        f"In {significant} of the {tested} tested headline comparisons (each winner against "
+        f"In {significant} of the {tested} tested {which} (each winner against "
         f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
         f"the winner is significantly ahead at α = {ALPHA}; "
     )
@@ -538,7 +650,7 @@ def ahead_of_all(frame: pd.DataFrame, shown: pd.DataFrame) -> pd.Series:
     clear = frame["significant"].astype(bool) & has_winner(frame)
     return pd.Series(
         [
-            bool(ok) and setting_ties(shown, r) == ([], [])
+            bool(ok) and not any(setting_ties(shown, r))
             for ok, (_, r) in zip(clear, frame.iterrows(), strict=True)
         ],
         index=frame.index,
@@ -589,7 +701,7 @@ def lead_count_text(
     text += f" and of every other head of its setting in {j} of those"
     text += f" ({', '.join(names)})" if names else ""
     for _, r in runner[~every[runner.index]].iterrows():
-        tied, untested = setting_ties(shown, r)
+        tied, untested, behind = setting_ties(shown, r)
         parts = []
         if tied:
             parts.append(
@@ -601,6 +713,11 @@ def lead_count_text(
                 "it is not told apart from "
                 + ", ".join(f"{q}{h}{q}" for h in untested)
                 + " (no test on their paired seeds)"
+            )
+        if behind:
+            parts.append(
+                "on the seeds both ran it is significantly behind "
+                + ", ".join(f"{q}{h}{q}" for h in behind)
             )
         text += f"; in {task_title(r['task'])} {r['freeze_shown']} " + " and ".join(parts)
     return text
@@ -629,9 +746,9 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
         caption="How often each head is the best (by mean over seeds) in a task × encoder × "
         "freezing setting; 'significantly' = ahead of the runner-up after Holm's correction "
         + (
-            f"over all {family_size(frame)} headline comparisons"
+            f"over {comparisons_words(family_in(frame), family_size(frame))}"
             if family_size(frame)
-            else "(none here: no headline comparison has a test)"
+            else f"(none here: no {every_comparison(family_in(frame))[6:]} has a test)"
         )
         + " (a winner can still be tied with a head ranked below the runner-up: the verdicts "
         "name those). "
@@ -832,10 +949,10 @@ def verdict_table(ctx: ReportContext, frame: pd.DataFrame) -> str:
         ],
         rows,
         caption="Winner and runner-up per setting (reporting split, ×100). p: "
-        f"{test_words(frame)}; p (Holm): corrected over every headline comparison; tier: "
-        f"*** < 0.001, ** < 0.01, * < 0.05, n.s. otherwise. {margin_caption(frame)} "
-        "The per-comparison (unadjusted) 95% t-intervals are in the table of every "
-        "headline comparison below. Winner failed: its runs that "
+        f"{test_words(frame)}; p (Holm): corrected over {every_comparison(family_in(frame))}; "
+        f"tier: *** < 0.001, ** < 0.01, * < 0.05, n.s. otherwise. {margin_caption(frame)} "
+        "The per-comparison (unadjusted) 95% t-intervals are in the table of "
+        f"{every_comparison(family_in(frame))} below. Winner failed: its runs that "
         "crashed, diverged or scored at or below the best constant prediction. Beats the "
         "constant: whether the winner's mean and its whole t-interval are above the best "
         "constant prediction; 'no' means the setting has no winner.",
@@ -881,7 +998,8 @@ def comparisons_table(ctx: ReportContext, shown: pd.DataFrame) -> str:
             "Tier",
         ],
         rows,
-        caption=f"Every headline comparison; Holm (1979) over {tested_phrase(shown)}. "
+        caption=f"{every_comparison(family_in(shown)).capitalize()}; Holm (1979) over "
+        f"{tested_phrase(shown)}. "
         "Difference: mean over seeds of winner − other (×100). "
         + (f"{simultaneous_caption(m)} " if m > 1 else "")
         + "The t and bootstrap intervals are each comparison's own 95% intervals, not "
@@ -1007,32 +1125,57 @@ def headline_section(ctx: ReportContext) -> Section:
             "headline", title, "\n".join([*budget_parts(ctx), paragraph("No successful runs.")])
         )
     shown = headline_comparisons(ctx)
+    every = int(ctx.cells["head_label"].nunique())
+    split = families(frame, shown)
+    parts: list[str] = []
+    for family, mine, compared in split:
+        lead = paragraph(at_a_glance(mine, compared, every), "lead")
+        if family == HEADLINE:
+            parts += [lead, *budget_parts(ctx)]
+        else:
+            parts += [] if parts else budget_parts(ctx)
+            parts += [f"<h3>{esc(study_label(ctx, family))}</h3>", lead]
+        parts += _family_parts(ctx, family, mine, compared)
+    parts += per_example_parts(ctx, frame)
+    for family, mine, _ in split:
+        parts += _forest_parts(ctx, family, mine)
+    parts += evp_trials_parts(ctx)
+    return Section("headline", title, "\n".join(parts))
+
+
+def _family_parts(
+    ctx: ReportContext, family: str, frame: pd.DataFrame, shown: pd.DataFrame
+) -> list[str]:
+    """One family's verdicts: sentences, verdict table, wins (in its settings), comparisons."""
+    scored = ctx.cells[(ctx.cells["n"] > 0) & (family_of(ctx.cells, ctx.studies) == family)]
     parts = [
-        paragraph(at_a_glance(frame, shown, int(ctx.cells["head_label"].nunique())), "lead"),
-        *budget_parts(ctx),
         bullet_list([headline_sentence(r, ctx.multi_encoder) for _, r in frame.iterrows()]),
         verdict_table(ctx, frame),
         wins_table(
             frame,
             [h for h in ctx.palette.heads if h in set(ctx.cells["head_label"])],
-            ctx.cells[ctx.cells["n"] > 0].groupby("head_label").size().to_dict(),
+            scored.groupby("head_label").size().to_dict(),
         ),
     ]
     if not shown.empty:
         parts.append(comparisons_table(ctx, shown))
-    parts += per_example_parts(ctx, frame)
+    return parts
+
+
+def _forest_parts(ctx: ReportContext, family: str, frame: pd.DataFrame) -> list[str]:
+    """One family's forest plot of the winners' margins (none when nothing to draw)."""
     fig = figures.margin_forest(frame, ctx.palette, ctx.multi_encoder)
-    if fig is not None:
-        parts.append(
-            figure(
-                svg_data_uri(fig),
-                "Forest plot of the winning head's margin per setting",
-                "Margin of the best head over the runner-up with its "
-                + simultaneous_words(family_size(frame))
-                + "; a filled dot is significant after Holm's correction over the same "
-                "comparisons, a hollow one is not. A bar that clears 0 always has a filled "
-                "dot; a filled dot's bar can still reach 0 (Holm rejects more than Bonferroni).",
-            )
+    if fig is None:
+        return []
+    which = "" if family == HEADLINE else f" ({study_label(ctx, family)})"
+    return [
+        figure(
+            svg_data_uri(fig),
+            f"Forest plot of the winning head's margin per setting{which}",
+            "Margin of the best head over the runner-up with its "
+            + simultaneous_words(family_size(frame), family)
+            + "; a filled dot is significant after Holm's correction over the same "
+            "comparisons, a hollow one is not. A bar that clears 0 always has a filled "
+            "dot; a filled dot's bar can still reach 0 (Holm rejects more than Bonferroni).",
         )
-    parts += evp_trials_parts(ctx)
-    return Section("headline", title, "\n".join(parts))
+    ]

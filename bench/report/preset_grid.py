@@ -15,7 +15,6 @@ results axis that no cell has yet instead.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from bench.axes.sweep import expand
 from bench.errors import ConfigError
 from bench.paths import config_dir
 from bench.results.curves import size_text, whole_number
+from bench.results.studies import preset_of
 
 #: Sweep keys whose values are a column of the results table, in the order shown.
 AXES = ("task", "encoder", "head", "freeze", "seed")
@@ -46,13 +46,6 @@ CELL_KEYS = {
 _WITHIN = ("head", "seed", "order_seed")
 #: Of :data:`CELL_KEYS`, the whole numbers (compared as integers).
 _NUMBERS = ("seed", "order_seed", "data.train_size")
-_EXPERIMENT = re.compile(r"(?:^|\s)\+{0,2}experiment=([\w.-]+)")
-
-
-def preset_of(command: str) -> str | None:
-    """The experiment preset a launch command names (``experiment=fair_heads_gpu``), if any."""
-    found = _EXPERIMENT.findall(command or "")
-    return found[-1] if found else None
 
 
 def _sweep_layers(preset: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]] | None:

@@ -38,12 +38,16 @@ from bench.report.context import (
 )
 from bench.report.devices import device_caveat
 from bench.report.headline import (
+    every_comparison,
+    families,
+    family_in,
     headline_comparisons,
     headline_frame,
     headline_sentence,
     margin_caption,
     margin_header,
     runs_cell,
+    study_label,
     test_words,
     tested_phrase,
 )
@@ -51,6 +55,7 @@ from bench.report.inputs import load_inputs
 from bench.report.layer_profile import profile_section
 from bench.report.preset_grid import grid_progress, progress_text, unrun_text
 from bench.report.style import orders_text, seeds_text, task_title
+from bench.results.studies import HEADLINE, comparisons_words
 from bench.results.table7_agreement import agreement, agreement_sentence, selection_rows
 from bench.results.variance import (
     CROSSED,
@@ -232,7 +237,12 @@ def p_caption(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
     if shown.empty:
         return "No comparison: no setting has two heads with a score, so no p-value or tier."
     n = len(shown)
-    which = "the one headline comparison" if n == 1 else f"all {n} headline comparisons"
+    family = family_in(shown)
+    which = (
+        ("the one headline comparison" if family == HEADLINE else "the study's one comparison")
+        if n == 1
+        else comparisons_words(family, n)
+    )
     pairs = sorted({int(k) for k in shown["n_pairs"].fillna(0)})
     span = f"{pairs[0]}" if len(pairs) == 1 else f"{pairs[0]}–{pairs[-1]}"
     seeds = f"{span} paired {'seed' if pairs[-1] == 1 else 'seeds'}"
@@ -270,6 +280,45 @@ def verdict_rows(frame: pd.DataFrame) -> list[list[object]]:
         ]
         for _, r in frame.iterrows()
     ]
+
+
+def verdict_block(ctx: ReportContext, frame: pd.DataFrame, shown: pd.DataFrame) -> str:
+    """One family's verdicts: a sentence per setting, the table and its caption.
+
+    Args:
+        ctx: The report context.
+        frame: The family's :func:`bench.report.headline.headline_frame` rows.
+        shown: Its :func:`bench.report.headline.headline_comparisons` rows.
+    """
+    return (
+        "\n".join(f"- {headline_sentence(r, ctx.multi_encoder)}" for _, r in frame.iterrows())
+        + "\n\n"
+        + md_table(
+            [
+                "Task",
+                "Freeze",
+                "Metric",
+                "Winner",
+                "Mean (95% t-interval)",
+                "Runner-up",
+                "Margin",
+                margin_header(frame),
+                "Seeds",
+                "p (Holm)",
+                "Tier",
+                "Winner failed",
+                "Best constant",
+                "Beats the constant",
+            ],
+            verdict_rows(frame),
+        )
+        + f"\n\nReporting split, ×100. {p_caption(frame, shown)} {margin_caption(frame)} "
+        "The per-comparison (unadjusted) 95% t-intervals are in the HTML report's table of "
+        f"{every_comparison(family_in(frame))}. Winner failed: runs that "
+        "crashed, diverged or scored at or below the best constant prediction. Beats the "
+        "constant: whether the winner's mean and its whole t-interval are above the best "
+        "constant prediction; 'no' means the setting has no winner."
+    )
 
 
 def head_rows(ctx: ReportContext) -> list[list[object]]:
@@ -481,36 +530,17 @@ def experiment_readme(source: str | Path) -> str:
             "**Caveats.** " + " ".join(w if w.endswith(".") else f"{w}." for w in warnings)
         )
     if not frame.empty:
-        parts.append(
-            "## Verdict\n\n"
-            + "\n".join(f"- {headline_sentence(r, ctx.multi_encoder)}" for _, r in frame.iterrows())
-            + "\n\n"
-            + md_table(
-                [
-                    "Task",
-                    "Freeze",
-                    "Metric",
-                    "Winner",
-                    "Mean (95% t-interval)",
-                    "Runner-up",
-                    "Margin",
-                    margin_header(frame),
-                    "Seeds",
-                    "p (Holm)",
-                    "Tier",
-                    "Winner failed",
-                    "Best constant",
-                    "Beats the constant",
-                ],
-                verdict_rows(frame),
+        verdicts = [
+            (
+                "## Verdict"
+                if family == HEADLINE
+                else ("## Verdict\n\n" if i == 0 else "") + f"### {study_label(ctx, family)}"
             )
-            + f"\n\nReporting split, ×100. {p_caption(frame, shown)} {margin_caption(frame)} "
-            "The per-comparison (unadjusted) 95% t-intervals are in the HTML report's table of "
-            "every headline comparison. Winner failed: runs that "
-            "crashed, diverged or scored at or below the best constant prediction. Beats the "
-            "constant: whether the winner's mean and its whole t-interval are above the best "
-            "constant prediction; 'no' means the setting has no winner."
-        )
+            + "\n\n"
+            + verdict_block(ctx, mine, compared)
+            for i, (family, mine, compared) in enumerate(families(frame, shown))
+        ]
+        parts.append("\n\n".join(verdicts))
     parts.append(
         "## Every head\n\n"
         + md_table(

@@ -407,9 +407,13 @@ def with_headline(leaders: pd.DataFrame, shown: pd.DataFrame | None) -> pd.DataF
             (*(row[k] for k in keys), row["head_a"], row["head_b"]): row
             for _, row in shown.iterrows()
         }
+        # A setting in a study (bench.results.studies) has its own family's m.
+        family_m = {
+            tuple(row[k] for k in keys): int(row["n_comparisons_all"]) for row in index.values()
+        }
         for i, (_, r) in enumerate(out.iterrows()):
-            found_all["headline_comparisons"][i] = m
             setting = tuple(r[k] for k in keys)
+            found_all["headline_comparisons"][i] = family_m.get(setting, m)
             for prefix, other in (("margin", r["runner_up"]), ("change", r["previous"])):
                 if prefix == "change" and not r["changed"]:
                     continue

@@ -10,7 +10,9 @@ Markdown. Styles:
   counted against) and the paired test of the two best heads under the table, Holm-
   adjusted over the headline's family (:func:`headline_family`: every setting's best head
   against each other head of its setting, all tables together), so the adjusted p and the
-  simultaneous interval are those of the report's and the README's verdicts.
+  simultaneous interval are those of the report's and the README's verdicts. A study the
+  experiment's preset names (:mod:`bench.results.studies`, read from the results' newest
+  launch) is its own family, and its notes say so.
 * ``glue`` — rows = encoder × head × freezing, columns = GLUE tasks in GLUE's order,
   an average column, and published RoBERTa-base dev numbers with deltas where they apply.
 * ``table7`` — BERT's Table 7 (CoNLL-2003 dev F1 by layer choice, frozen features into a
@@ -41,6 +43,7 @@ from bench.results.collect import collect, read_table
 from bench.results.curves import size_key, size_text, sized_settings, split_by_size, whole_number
 from bench.results.references import load_references, lookup
 from bench.results.render import RENDERERS, Document, Table, to_markdown
+from bench.results.studies import HEADLINE, Study, holm_families, results_studies
 from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK, agreement, agreement_sentence
 
 STYLES = ("glue", "table7", "heads")
@@ -256,16 +259,18 @@ def _reference_note(refs: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------- heads
 
 
-def family_note(m: int) -> str:
+def family_note(m: int, studies: Sequence[tuple[str, int]] = ()) -> str:
     """The heads document's note on the notes under its tables: what they test, over what.
 
     ``""`` when no comparison has a test.
 
     Args:
         m: The comparisons with a test in the headline family (:func:`headline_family`).
+        studies: Per study of the experiment (:mod:`bench.results.studies`) with a
+            comparison, its name and its family's comparisons with a test: said apart.
     """
     if m < 1:
-        return ""
+        return _studies_note(studies)
     family = f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
     interval = (
         f"its interval is simultaneous over the same {m} (Bonferroni)"
@@ -280,7 +285,30 @@ def family_note(m: int) -> str:
         f"{interval}: the family of the report's and the README's verdicts, so a comparison "
         "has one adjusted p and one verdict wherever it is shown. The raw p and the Wilcoxon "
         "signed-rank p are unadjusted."
+    ) + (f" {_studies_note(studies)}" if studies else "")
+
+
+def _studies_note(studies: Sequence[tuple[str, int]]) -> str:
+    """The note on the studies' notes: each is Holm-adjusted over its own family."""
+    return " ".join(
+        f"The {name}'s settings are not part of the headline: their notes are Holm-adjusted "
+        f"over {family_words(name, m)} with a test, and their intervals are simultaneous over "
+        "the same."
+        for name, m in studies
+        if m > 0
     )
+
+
+def family_words(family: str, m: int) -> str:
+    """A family of ``m`` comparisons in a note.
+
+    Returns:
+        ``all 20 headline comparisons``, ``the one headline comparison``, ``the study's 8
+        comparisons``.
+    """
+    if family == HEADLINE:
+        return f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
+    return f"the study's {m} comparisons" if m > 1 else "the study's one comparison"
 
 
 def unequal_seeds_text(pair: pd.Series, n_a: int, n_b: int, scale: float = 100.0) -> str:
@@ -315,23 +343,28 @@ def unequal_seeds_text(pair: pd.Series, n_a: int, n_b: int, scale: float = 100.0
     )
 
 
-def headline_family(cells: pd.DataFrame, comp: pd.DataFrame) -> pd.DataFrame:
-    """Each setting's best head against every other head of it, Holm-corrected together.
+def headline_family(
+    cells: pd.DataFrame, comp: pd.DataFrame, studies: Sequence[Study] = ()
+) -> pd.DataFrame:
+    """Each setting's best head against every other head of it, Holm-corrected per family.
 
-    The family of the report's verdict (:func:`bench.report.headline.headline_comparisons`)
+    The families of the report's verdict (:func:`bench.report.headline.headline_comparisons`)
     and of the README's, so the notes under the heads tables give the same adjusted p and
-    simultaneous interval as they do.
+    simultaneous interval as they do: the headline, and each study apart
+    (:func:`bench.results.studies.holm_families`).
 
     Args:
         cells: :func:`bench.results.stats.cell_stats` rows.
         comp: :func:`bench.results.stats.compare_heads` rows of the same table.
+        studies: The experiment's studies (``()``: every setting is headline).
 
     Returns:
-        :func:`bench.results.stats.leader_comparisons` with
-        :func:`bench.results.stats.holm_all`'s columns (empty when no setting has two heads).
+        :func:`bench.results.stats.leader_comparisons` with ``family`` and
+        :func:`bench.results.stats.holm_all`'s columns per family (empty when no setting
+        has two heads).
     """
     shown = stats.leader_comparisons(cells, comp)
-    return shown if shown.empty else stats.holm_all(shown)
+    return shown if shown.empty else holm_families(shown, studies)
 
 
 def _paired_note(shown: pd.DataFrame, best: pd.Series, runner: pd.Series) -> str | None:
@@ -366,7 +399,7 @@ def _paired_note(shown: pd.DataFrame, best: pd.Series, runner: pd.Series) -> str
             text += f"; 95% bootstrap CI {interval_text(row['ci_low'], row['ci_high'], plus=True)}"
         return text + f"; no test: {row['reason']}."
     m = int(row["n_comparisons_all"])
-    family = f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
+    family = family_words(str(row.get("family", HEADLINE)), m)
     if pd.notna(row["sim_low"]):
         kind = "simultaneous 95% t-interval" if m > 1 else "95% t-interval"
         bonferroni = ", Bonferroni" if m > 1 else ""
@@ -385,6 +418,16 @@ def _paired_note(shown: pd.DataFrame, best: pd.Series, runner: pd.Series) -> str
         f"Holm-adjusted over {family}: p = {row['p_holm_all']:.3g} ({row['significance']}); "
         f"{wilcoxon}."
     )
+
+
+def _family_sizes(
+    shown: pd.DataFrame, studies: Sequence[Study]
+) -> tuple[int, list[tuple[str, int]]]:
+    """The headline family's m, and each study's name and m (:func:`headline_family` rows)."""
+    if shown.empty:
+        return 0, []
+    sizes = {str(f): int(g["n_comparisons_all"].iloc[0]) for f, g in shown.groupby("family")}
+    return sizes.get(HEADLINE, 0), [(s.name, sizes[s.name]) for s in studies if s.name in sizes]
 
 
 def _first(values: pd.Series) -> float:
@@ -446,13 +489,17 @@ def threshold_note(group: pd.DataFrame, metric: str) -> str:
     )
 
 
-def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") -> Document:
+def heads_document(
+    table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev", studies: Sequence[Study] = ()
+) -> Document:
     """The headline heads × freezing tables, one per task and encoder.
 
     Args:
         table: Normalised tidy results table.
         refs: Reference numbers (:func:`bench.results.references.load_references`).
         split: Evaluation split.
+        studies: The experiment's studies (:func:`bench.results.studies.results_studies`):
+            their notes are adjusted over their own families.
 
     Returns:
         The document.
@@ -460,8 +507,8 @@ def heads_document(table: pd.DataFrame, refs: pd.DataFrame, split: str = "dev") 
     doc = Document("Heads × freezing", notes=[LEGEND])
     cells = stats.cell_stats(table, split=split)
     comp = stats.compare_heads(table, split=split)
-    shown = headline_family(cells, comp)
-    note = family_note(int(shown["n_comparisons_all"].iloc[0])) if not shown.empty else ""
+    shown = headline_family(cells, comp, studies)
+    note = family_note(*_family_sizes(shown, studies))
     if note:
         doc.notes.append(note)
     settings = sorted(
@@ -770,13 +817,19 @@ def load_source(path: str | Path) -> pd.DataFrame:
     return stats.normalize_table(collect([path], None))
 
 
-def build(table: pd.DataFrame, style: str, refs: pd.DataFrame | None = None) -> Document:
+def build(
+    table: pd.DataFrame,
+    style: str,
+    refs: pd.DataFrame | None = None,
+    studies: Sequence[Study] = (),
+) -> Document:
     """Build the document of one style.
 
     Args:
         table: Tidy results table.
         style: One of :data:`STYLES`.
         refs: Reference numbers; default the packaged ones.
+        studies: The experiment's studies (``heads``: their own Holm families).
 
     Returns:
         The document.
@@ -791,7 +844,7 @@ def build(table: pd.DataFrame, style: str, refs: pd.DataFrame | None = None) -> 
     if style == "table7":
         return table7_document(table, refs)
     if style == "heads":
-        return heads_document(table, refs)
+        return heads_document(table, refs, studies=studies)
     raise ValueError(f"unknown style {style!r}; choose from {', '.join(STYLES)}")
 
 
@@ -848,12 +901,13 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else (source.parent if source.is_file() else source)
     try:
         table = load_source(source)
+        studies = results_studies(source.parent if source.is_file() else source)
     except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     refs = load_references()
     for style in applicable_styles(table) if args.style == "all" else (args.style,):
-        doc = build(table, style, refs)
+        doc = build(table, style, refs, studies)
         paths = write(doc, out, style)
         print(to_markdown(doc))
         print("wrote " + ", ".join(str(p) for p in paths))
