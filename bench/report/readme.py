@@ -237,12 +237,7 @@ def p_caption(frame: pd.DataFrame, shown: pd.DataFrame) -> str:
     if shown.empty:
         return "No comparison: no setting has two heads with a score, so no p-value or tier."
     n = len(shown)
-    family = family_in(shown)
-    which = (
-        ("the one headline comparison" if family == HEADLINE else "the study's one comparison")
-        if n == 1
-        else comparisons_words(family, n)
-    )
+    which = comparisons_words(family_in(shown), n)
     pairs = sorted({int(k) for k in shown["n_pairs"].fillna(0)})
     span = f"{pairs[0]}" if len(pairs) == 1 else f"{pairs[0]}–{pairs[-1]}"
     seeds = f"{span} paired {'seed' if pairs[-1] == 1 else 'seeds'}"

@@ -227,7 +227,12 @@ def holm_families(rows: pd.DataFrame, studies: Sequence[Study]) -> pd.DataFrame:
 
 
 def comparisons_words(family: str, m: int) -> str:
-    """A family's comparisons: ``all 20 headline comparisons``, ``the study's 8 comparisons``."""
+    """A family's comparisons in words.
+
+    Returns:
+        ``all 20 headline comparisons``, ``the one headline comparison``, ``the study's 8
+        comparisons``, ``the study's one comparison``.
+    """
     if family == HEADLINE:
-        return f"all {m} headline comparisons"
-    return f"the study's {m} comparison{'s' if m != 1 else ''}"
+        return f"all {m} headline comparisons" if m != 1 else "the one headline comparison"
+    return f"the study's {m} comparisons" if m != 1 else "the study's one comparison"

@@ -43,7 +43,13 @@ from bench.results.collect import collect, read_table
 from bench.results.curves import size_key, size_text, sized_settings, split_by_size, whole_number
 from bench.results.references import load_references, lookup
 from bench.results.render import RENDERERS, Document, Table, to_markdown
-from bench.results.studies import HEADLINE, Study, holm_families, results_studies
+from bench.results.studies import (
+    HEADLINE,
+    Study,
+    comparisons_words,
+    holm_families,
+    results_studies,
+)
 from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK, agreement, agreement_sentence
 
 STYLES = ("glue", "table7", "heads")
@@ -271,7 +277,7 @@ def family_note(m: int, studies: Sequence[tuple[str, int]] = ()) -> str:
     """
     if m < 1:
         return _studies_note(studies)
-    family = f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
+    family = comparisons_words(HEADLINE, m)
     interval = (
         f"its interval is simultaneous over the same {m} (Bonferroni)"
         if m > 1
@@ -292,23 +298,11 @@ def _studies_note(studies: Sequence[tuple[str, int]]) -> str:
     """The note on the studies' notes: each is Holm-adjusted over its own family."""
     return " ".join(
         f"The {name}'s settings are not part of the headline: their notes are Holm-adjusted "
-        f"over {family_words(name, m)} with a test, and their intervals are simultaneous over "
+        f"over {comparisons_words(name, m)} with a test, and their intervals are simultaneous over "
         "the same."
         for name, m in studies
         if m > 0
     )
-
-
-def family_words(family: str, m: int) -> str:
-    """A family of ``m`` comparisons in a note.
-
-    Returns:
-        ``all 20 headline comparisons``, ``the one headline comparison``, ``the study's 8
-        comparisons``.
-    """
-    if family == HEADLINE:
-        return f"all {m} headline comparisons" if m > 1 else "the one headline comparison"
-    return f"the study's {m} comparisons" if m > 1 else "the study's one comparison"
 
 
 def unequal_seeds_text(pair: pd.Series, n_a: int, n_b: int, scale: float = 100.0) -> str:
@@ -399,7 +393,7 @@ def _paired_note(shown: pd.DataFrame, best: pd.Series, runner: pd.Series) -> str
             text += f"; 95% bootstrap CI {interval_text(row['ci_low'], row['ci_high'], plus=True)}"
         return text + f"; no test: {row['reason']}."
     m = int(row["n_comparisons_all"])
-    family = family_words(str(row.get("family", HEADLINE)), m)
+    family = comparisons_words(str(row.get("family", HEADLINE)), m)
     if pd.notna(row["sim_low"]):
         kind = "simultaneous 95% t-interval" if m > 1 else "95% t-interval"
         bonferroni = ", Bonferroni" if m > 1 else ""
