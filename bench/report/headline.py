@@ -480,9 +480,15 @@ def _tie_text(r: pd.Series) -> str:
     return text
 
 
+def comparison_noun(family: str, plural: bool = False) -> str:
+    """One of a family's comparisons: ``headline comparison``, ``comparison of the study``."""
+    noun = "comparisons" if plural else "comparison"
+    return f"headline {noun}" if family == HEADLINE else f"{noun} of the study"
+
+
 def every_comparison(family: str) -> str:
     """``every headline comparison``, or for a study ``every comparison of the study``."""
-    return "every headline comparison" if family == HEADLINE else "every comparison of the study"
+    return f"every {comparison_noun(family)}"
 
 
 def simultaneous_words(m: int, family: str = HEADLINE) -> str:
@@ -497,7 +503,7 @@ def simultaneous_words(m: int, family: str = HEADLINE) -> str:
         study: ``over the study's 8 comparisons``), or for a family of one, ``95%
         t-interval`` (there is nothing to adjust).
     """
-    own = "headline comparison" if family == HEADLINE else "comparison of the study"
+    own = comparison_noun(family)
     if m < 1:
         return f"interval (none: no {own} has a test)"
     if m == 1:
@@ -626,7 +632,7 @@ def at_a_glance(frame: pd.DataFrame, shown: pd.DataFrame, heads: int | None = No
         return text + "No setting has two heads to compare."
     significant = int(shown["ahead"].astype(bool).sum())
     tested = int(shown["p"].notna().sum())
-    which = "headline comparisons" if family_in(shown) == HEADLINE else "comparisons of the study"
+    which = comparison_noun(family_in(shown), plural=True)
     text += (
         f"In {significant} of the {tested} tested {which} (each winner against "
         f"every other head of its setting, paired t-test, Holm over {tested_phrase(shown)}) "
@@ -748,7 +754,7 @@ def wins_table(frame: pd.DataFrame, heads: list[str], ran: dict[str, int]) -> st
         + (
             f"over {comparisons_words(family_in(frame), family_size(frame))}"
             if family_size(frame)
-            else f"(none here: no {every_comparison(family_in(frame))[6:]} has a test)"
+            else f"(none here: no {comparison_noun(family_in(frame))} has a test)"
         )
         + " (a winner can still be tied with a head ranked below the runner-up: the verdicts "
         "name those). "
