@@ -265,8 +265,9 @@ bench)
     # A part shorter than HB_MIN_PART_S finishes nothing: each worker starts, compiles the
     # encoder and trains its setting's first trial before any cell (on the H100, a part of
     # 90 s finished none: results/device_logs/2026-11-27-h100/call2-bench.log).
+    # No report or results README here: both are rebuilt at home from the runs brought back.
     MIN_S=${HB_MIN_PART_S:-150} run_for 60 "$py" -m bench -m "experiment=$exp" "${part[@]}" "${choice[@]}" \
-      >>"$out/bench.log" 2>&1
+      report_file=null results_readme=false >>"$out/bench.log" 2>&1
     part_rc=$?
     echo "[device_run] part exit $part_rc after ${SECONDS}s" | tee -a "$out/bench.log"
     [ "$part_rc" -ne 0 ] && rc=$part_rc # the call's exit: the last part that failed

@@ -79,6 +79,11 @@ BAD_VALUES = {
         ("cache.dtype=int3",),
         ("cache.dtype='int3'", "float32", "float16", "bfloat16"),
     ),
+    # how the reports group verdicts (not hashed): refused at launch, not after training
+    "unknown study column": (
+        ("+studies=[{name:x,where:{colour:red}}]",),
+        ("studies[0].where: unknown column colour", "valid choices: task, encoder, freeze"),
+    ),
 }
 
 

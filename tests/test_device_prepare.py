@@ -627,12 +627,13 @@ def test_device_run_bench_runs_its_parts_in_order_until_the_deadline(tmp_path: P
     )
     bench = "-m bench -m experiment=fair_heads_gpu"
     chosen = "fast_path.full.compile=default fast_path.full.pad_to_multiple_of=null"
+    home = "report_file=null results_readme=false"  # rebuilt at home, not on the lease
     # the failed part did not stop the next; the deadline stopped the one after the slow part;
     # every part got the compile choice
     assert calls.read_text().splitlines() == [
-        f"{bench} a=1 b=2 {chosen}",
-        f"{bench} fail=1 {chosen}",
-        f"{bench} slow=1 {chosen}",
+        f"{bench} a=1 b=2 {chosen} {home}",
+        f"{bench} fail=1 {chosen} {home}",
+        f"{bench} slow=1 {chosen} {home}",
     ]
     assert done.returncode == 124, done.stdout + done.stderr
     assert "not started" in (tmp_path / "out" / "bench.log").read_text()
@@ -711,7 +712,9 @@ def test_device_run_bench_launches_nothing_without_a_compile_choice(tmp_path: Pa
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls == ["-m bench -m experiment=fair_heads_gpu freeze=full"]
+    assert calls == [
+        "-m bench -m experiment=fair_heads_gpu freeze=full report_file=null results_readme=false"
+    ]
 
 
 def test_device_run_bench_starts_from_the_carried_compile_cache_and_returns_it(

@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from bench.cell import cell_path
 from bench.data.tasks import get_task
-from bench.report.readme import phase_line
+from bench.report.readme import experiment_readme, phase_line
 from bench.results.run_records import read_launch_log
 from bench.run.timing import PHASES, phase
 from bench.run.train import run
@@ -249,6 +249,10 @@ def test_multirun_from_the_command_line_collects_a_table(data_dir, tmp_path):
     # Every section, calibration included (the cells store class probabilities).
     assert [s["id"] for s in sections][-2:] == ["calibration", "provenance"]
     assert len(sections) == 8
+    # ... and the generated results README (results_readme), from the same statistics.
+    readme = tmp_path / "results" / "README.md"
+    assert f"README: {readme}" in proc.stdout
+    assert readme.read_text(encoding="utf-8") == experiment_readme(tmp_path / "results")
     launches = read_launch_log([tmp_path / "runs"])
     assert [r["event"] for r in launches] == ["launch"]
     assert launches[0]["command"].startswith("python -m bench -m encoder=tiny_bert task=sst2")

@@ -63,7 +63,12 @@ def numbered(sections: list[Section]) -> list[Section]:
 
 def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     """Render the report of some inputs as an HTML string."""
-    ctx = build_context(inputs)
+    return report_html(build_context(inputs), title)
+
+
+def report_html(ctx: ReportContext, title: str | None = None) -> str:
+    """Render the report of a built context as an HTML string."""
+    inputs = ctx.inputs
     table = inputs.table
     tasks = ", ".join(sorted(table["task"].dropna().unique()))
     encoders = ", ".join(sorted(table["encoder"].dropna().unique()))
@@ -91,5 +96,10 @@ def build_report(source: str | Path, out: str | Path, title: str | None = None) 
     Returns:
         The written path.
     """
-    text = render_report(load_inputs(source), title)
+    return write_report(build_context(load_inputs(source)), out, title)
+
+
+def write_report(ctx: ReportContext, out: str | Path, title: str | None = None) -> Path:
+    """Write the report of a built context atomically; returns the written path."""
+    text = report_html(ctx, title)
     return atomic_write(out, lambda handle: handle.write(text))

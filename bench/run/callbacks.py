@@ -117,18 +117,41 @@ class CollectResults(Callback):
 
     @staticmethod
     def _collect_and_report(config: DictConfig) -> None:
-        from bench.report import build_report  # matplotlib: not at the start of every sweep
+        # matplotlib and the statistics: not at the start of every sweep
+        from bench.report import build_context, load_inputs, write_report
+        from bench.report.readme import README, not_generated_message, write_readme
 
         table = collect([config.hydra.sweep.dir], config.results_dir)
         print_summary(table)
         report_file = config.get("report_file")
-        if report_file and config.results_dir and not table.empty:
+        readme = bool(config.get("results_readme", False))
+        if not config.results_dir or table.empty or not (report_file or readme):
+            return
+        # The results are written whatever happens below: each output says why it is not.
+        try:  # the statistics, once for both outputs
+            ctx = build_context(load_inputs(config.results_dir))
+        except Exception as err:
+            _not_written("the report and the results README", err)
+            return
+        if report_file:
             try:
-                path = build_report(config.results_dir, report_file)
-            except Exception as err:  # the results are written; say why the page is not
-                print(
-                    f"error: the report could not be built: {type(err).__name__}: {err}",
-                    file=sys.stderr,
-                )
+                path = write_report(ctx, report_file)
+            except Exception as err:
+                _not_written("the report", err)
             else:
                 print(f"report: {path}")
+        if readme:
+            try:
+                written = write_readme(ctx)
+            except Exception as err:
+                _not_written("the results README", err)
+            else:
+                if written is None:
+                    print(f"note: {not_generated_message(Path(config.results_dir) / README)}")
+                else:
+                    print(f"README: {written}")
+
+
+def _not_written(what: str, err: Exception) -> None:
+    """Say on stderr why a sweep's output was not written (its results were)."""
+    print(f"error: {what} could not be built: {type(err).__name__}: {err}", file=sys.stderr)

@@ -481,8 +481,33 @@ def check_values(cfg: DictConfig) -> None:
     check_devices(OmegaConf.select(cfg, "trainer.devices", default=None))
     tasks.validate(cfg.task.name)
     check_protocol(cfg)
+    check_studies(cfg)
     freezing.validate_options(_plain(cfg, "freeze"))
     encoders.validate(_plain(cfg, "encoder"))
+
+
+def check_studies(cfg: DictConfig) -> None:
+    """Check an experiment's ``studies`` key at launch, not only when its report is built.
+
+    The key changes no cell (it groups the verdicts of the reports), so a malformed one
+    would otherwise surface after the whole sweep has trained.
+
+    Raises:
+        ConfigError: Naming the preset (where the config knows it), ``studies[i]...`` and the
+            valid columns (:func:`bench.results.studies.parse_studies`).
+    """
+    from bench.results.studies import STUDIES_KEY, parse_studies  # pandas: only when needed
+
+    value = OmegaConf.select(cfg, STUDIES_KEY, default=None)
+    if value is None:
+        return
+    try:
+        preset = OmegaConf.select(cfg, "hydra.runtime.choices.experiment", default=None)
+    except OmegaConfBaseException:  # the `hydra` node of a config composed outside a run
+        preset = None
+    source = f"conf/experiment/{preset}.yaml (or an override)" if preset else "the config"
+    plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    parse_studies(plain, source)
 
 
 def _plain(cfg: DictConfig, key: str) -> dict[str, Any]:
