@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -173,6 +174,18 @@ def test_the_page_is_self_contained_and_written_atomically(report):
     assert not [t for t in soup.find_all(href=True) if not t["href"].startswith("#")]
     assert sorted(p.name for p in path.parent.iterdir()) == ["synthetic.html"]  # no temp file left
     assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by others, like any report
+
+
+def test_a_report_built_again_from_the_same_results_differs_only_in_its_time(report):
+    """Figures' clip-path and marker ids come from their content, not a random salt."""
+    path, _ = report
+    again = build_report(path.parent.parent / "results", path.parent.parent / "again.html")
+    first, second = (p.read_text(encoding="utf-8") for p in (path, again))
+    assert "clip-path" in base64.b64decode(first.split("base64,", 1)[1].split('"', 1)[0]).decode()
+    generated = re.compile(r"Generated [^ <]+ by")
+    assert generated.search(first)
+    assert generated.sub("", first) == generated.sub("", second)
+    again.unlink()
 
 
 def test_headline_numbers_match_an_independent_computation(report):

@@ -48,6 +48,9 @@ METRIC_TITLES = {
 }
 STYLE = {
     "svg.fonttype": "none",  # text stays text (small files, selectable, escaped by matplotlib)
+    # ids of clip paths and markers from their content, not a random salt: a report built
+    # again from the same results has the same figures (committed reports diff where changed)
+    "svg.hashsalt": "headbench",
     "font.size": 9,
     "axes.titlesize": 9.5,
     "axes.spines.top": False,
