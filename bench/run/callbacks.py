@@ -119,7 +119,7 @@ class CollectResults(Callback):
     def _collect_and_report(config: DictConfig) -> None:
         # matplotlib and the statistics: not at the start of every sweep
         from bench.report import build_context, load_inputs, write_report
-        from bench.report.readme import README, not_generated_message, write_readme
+        from bench.report.readme import README, not_generated_message, results_folder, write_readme
 
         table = collect([config.hydra.sweep.dir], config.results_dir)
         print_summary(table)
@@ -147,7 +147,7 @@ class CollectResults(Callback):
                 _not_written("the results README", err)
             else:
                 if written is None:
-                    print(f"note: {not_generated_message(Path(config.results_dir) / README)}")
+                    print(f"note: {not_generated_message(results_folder(ctx) / README)}")
                 else:
                     print(f"README: {written}")
 
