@@ -20,7 +20,6 @@ from pathlib import Path
 from bench.atomic import atomic_write
 from bench.report.calibration import calibration_section
 from bench.report.context import ReportContext, build_context
-from bench.report.headline import headline_section
 from bench.report.html import Section
 from bench.report.inputs import ReportInputs, load_inputs
 from bench.report.page import render_page
@@ -34,14 +33,11 @@ from bench.report.sections import (
     spread_section,
 )
 from bench.report.selfcheck import selfcheck_section
-from bench.report.training_size import training_size_section
 from bench.report.variance import variance_section
 
 #: The sections in order; a builder that returns None has nothing to show for this source.
 SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
-    headline_section,
     heads_section,
-    training_size_section,
     spread_section,
     cost_section,
     layer_section,

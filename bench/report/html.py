@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
 
 
 def esc(value: object) -> str:
@@ -100,3 +103,32 @@ def details(summary: str, body: str) -> str:
 def pre(text: str) -> str:
     """Preformatted escaped text."""
     return f"<pre>{esc(text)}</pre>"
+
+
+def frame_table(
+    frame: pd.DataFrame,
+    caption: str = "",
+    formats: Mapping[str, str | Callable[[Any], str]] | None = None,
+    table_id: str = "",
+    css: str = "",
+) -> str:
+    """A data frame as an HTML table, rendered by pandas' ``Styler`` (cells escaped).
+
+    Args:
+        frame: The rows to show; its columns are the header, its index is not shown.
+        caption: One short sentence above the table.
+        formats: Per column, a format string (``"{:.1f}"``) or a function of the value.
+        table_id: The table's ``id`` (fixed by the report, never from data), or none.
+        css: CSS class of the table.
+
+    Returns:
+        The fragment, wrapped so that it scrolls on a narrow screen.
+    """
+    styler = frame.style.hide(axis="index").format(dict(formats or {}), na_rep="–", escape="html")
+    styler = styler.format_index(escape="html", axis=1)
+    if caption:
+        styler = styler.set_caption(esc(caption))
+    ident = f' id="{esc(table_id)}"' if table_id else ""
+    cls = f' class="{esc(css)}"' if css else ""
+    body = styler.to_html(exclude_styles=True).replace("<table>", f"<table{ident}{cls}>", 1)
+    return f'<div class="scroll">{body}</div>'
