@@ -30,7 +30,6 @@ from omegaconf import OmegaConf
 
 from bench.errors import ConfigError
 from bench.paths import config_dir
-from bench.results import stats
 from bench.results.run_records import last_launch, read_launch_log
 
 #: The family of every setting that is in no study.
@@ -166,20 +165,86 @@ def parse_studies(value: object, source: str) -> tuple[Study, ...]:
     return tuple(studies)
 
 
+#: The preset key that declares the equivalence margins.
+EQUIVALENCE_KEY = "equivalence"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """An equivalence margin: two heads within ±``margin`` points are equivalent.
+
+    Attributes:
+        task: The task it applies to.
+        metric: The metric (the task's main metric).
+        margin: Half-width in points (the metric ×100).
+        reason: Why this margin (shown beside it).
+    """
+
+    task: str
+    metric: str
+    margin: float
+    reason: str
+
+
+def parse_margins(value: object, source: str) -> tuple[Margin, ...]:
+    """The margins of a preset's ``equivalence`` key, checked.
+
+    Args:
+        value: A list of ``{task, metric, margin, reason}`` (None: no margin declared).
+        source: Where it comes from, for errors.
+
+    Raises:
+        ConfigError: Naming ``source``, the entry and the valid choices.
+    """
+    if value is None:
+        return ()
+    key = f"{source}: {EQUIVALENCE_KEY}"
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of {{task, metric, margin, reason}} entries")
+    fields = {"task", "metric", "margin", "reason"}
+    margins: list[Margin] = []
+    for i, entry in enumerate(value):
+        here = f"{key}[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) != fields:
+            raise ConfigError(f"{here}: expected exactly the keys {sorted(fields)}, got {entry!r}")
+        margin = entry["margin"]
+        if not isinstance(margin, int | float) or not 0 < float(margin) < 100:
+            raise ConfigError(f"{here}.margin: expected points in (0, 100), got {margin!r}")
+        if not str(entry["reason"]).strip():
+            raise ConfigError(f"{here}.reason: say why this margin")
+        pair = (str(entry["task"]), str(entry["metric"]))
+        if pair in {(m.task, m.metric) for m in margins}:
+            raise ConfigError(f"{here}: a second margin for {pair[0]} {pair[1]}")
+        margins.append(Margin(*pair, float(margin), str(entry["reason"])))
+    return tuple(margins)
+
+
+def _preset_value(preset: Path, key: str) -> object:
+    config = OmegaConf.load(preset)
+    value = OmegaConf.select(config, key, default=None) if OmegaConf.is_dict(config) else None
+    return OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
+
+
+def preset_margins(preset: Path) -> tuple[Margin, ...]:
+    """The equivalence margins a preset file declares (``()`` where none)."""
+    return parse_margins(_preset_value(preset, EQUIVALENCE_KEY), str(preset))
+
+
 def preset_studies(preset: Path) -> tuple[Study, ...]:
     """The studies a preset file names (``()`` where it names none)."""
-    config = OmegaConf.load(preset)
-    value = (
-        OmegaConf.select(config, STUDIES_KEY, default=None) if OmegaConf.is_dict(config) else None
-    )
-    plain = OmegaConf.to_container(value, resolve=False) if OmegaConf.is_config(value) else value
-    return parse_studies(plain, str(preset))
+    return parse_studies(_preset_value(preset, STUDIES_KEY), str(preset))
 
 
 def studies_of(command: str, conf_dir: Path | None = None) -> tuple[Study, ...]:
     """The studies of the preset a launch command names (``()``: no preset, or none named)."""
     preset = preset_path(command, conf_dir)
     return () if preset is None else preset_studies(preset)
+
+
+def margins_of(command: str, conf_dir: Path | None = None) -> tuple[Margin, ...]:
+    """The margins of the preset a launch command names (``()``: no preset, or none declared)."""
+    preset = preset_path(command, conf_dir)
+    return () if preset is None else preset_margins(preset)
 
 
 def results_studies(folder: Path, conf_dir: Path | None = None) -> tuple[Study, ...]:
@@ -202,37 +267,3 @@ def family_of(frame: pd.DataFrame, studies: Sequence[Study]) -> pd.Series:
 def family_order(studies: Sequence[Study]) -> list[str]:
     """The families in the order the texts show them: the headline, then each study."""
     return [HEADLINE, *(s.name for s in studies)]
-
-
-def holm_families(rows: pd.DataFrame, studies: Sequence[Study]) -> pd.DataFrame:
-    """:func:`bench.results.stats.holm_all` run once per family, not over all rows.
-
-    Args:
-        rows: Comparison rows (:func:`bench.results.stats.leader_comparisons`).
-        studies: The experiment's studies (``()``: one family, the headline).
-
-    Returns:
-        The rows in their order, with ``family`` and :func:`~bench.results.stats.holm_all`'s
-        columns computed within each family (``n_comparisons_all`` is the family's m).
-    """
-    if rows.empty:
-        return rows
-    rows = rows.assign(family=family_of(rows, studies))
-    parts = [
-        stats.holm_all(rows[rows["family"] == name])
-        for name in family_order(studies)
-        if (rows["family"] == name).any()
-    ]
-    return pd.concat(parts).loc[rows.index]
-
-
-def comparisons_words(family: str, m: int) -> str:
-    """A family's comparisons in words.
-
-    Returns:
-        ``all 20 headline comparisons``, ``the one headline comparison``, ``the study's 8
-        comparisons``, ``the study's one comparison``.
-    """
-    if family == HEADLINE:
-        return f"all {m} headline comparisons" if m != 1 else "the one headline comparison"
-    return f"the study's {m} comparisons" if m != 1 else "the study's one comparison"
