@@ -111,6 +111,8 @@ def frame_table(
     formats: Mapping[str, str | Callable[[Any], str]] | None = None,
     table_id: str = "",
     css: str = "",
+    classes: pd.DataFrame | None = None,
+    index: bool = False,
 ) -> str:
     """A data frame as an HTML table, rendered by pandas' ``Styler`` (cells escaped).
 
@@ -120,15 +122,30 @@ def frame_table(
         formats: Per column, a format string (``"{:.1f}"``) or a function of the value.
         table_id: The table's ``id`` (fixed by the report, never from data), or none.
         css: CSS class of the table.
+        classes: CSS classes per cell (the frame's shape), for the page's style sheet.
+        index: Whether to show the frame's index (a matrix's row names).
 
     Returns:
         The fragment, wrapped so that it scrolls on a narrow screen.
     """
-    styler = frame.style.hide(axis="index").format(dict(formats or {}), na_rep="–", escape="html")
-    styler = styler.format_index(escape="html", axis=1)
+    styler = frame.style.format(dict(formats or {}), na_rep="–", escape="html")
+    styler = styler.format_index(escape="html", axis=1).format_index(escape="html", axis=0)
+    if not index:
+        styler = styler.hide(axis="index")
     if caption:
         styler = styler.set_caption(esc(caption))
+    if classes is not None:
+        styler = styler.set_td_classes(
+            classes.set_axis(frame.index).set_axis(frame.columns, axis=1)
+        )
+    styler = styler.set_uuid(table_id or "t")
     ident = f' id="{esc(table_id)}"' if table_id else ""
     cls = f' class="{esc(css)}"' if css else ""
-    body = styler.to_html(exclude_styles=True).replace("<table>", f"<table{ident}{cls}>", 1)
+    body = styler.to_html(exclude_styles=classes is None)
+    body = body.replace('<style type="text/css">\n</style>\n', "")
+    body = body.replace("<table", f"<table{ident}{cls}", 1)
+    if classes is not None:  # Styler's own id on the table: the report's id is the one above
+        body = body.replace(
+            f'<table{ident}{cls} id="T_{table_id or "t"}"', f"<table{ident}{cls}", 1
+        )
     return f'<div class="scroll">{body}</div>'

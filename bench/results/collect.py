@@ -46,6 +46,7 @@ from bench.clock import utc_now
 from bench.data.text_lines import read_text
 from bench.errors import CollectError, DataError
 from bench.results.curves import sized_settings
+from bench.results.frames import frame_files, from_results
 from bench.results.predictions import PREDICTIONS_FILE, predictions_bytes, predictions_table
 from bench.results.publish import publish
 from bench.results.rescore import verified
@@ -53,6 +54,7 @@ from bench.results.result_file import load_result
 from bench.results.run_records import (
     HISTORY_COLUMNS,
     history_table,
+    last_launch,
     provenance_records,
     read_launch_log,
 )
@@ -753,6 +755,17 @@ def _collect(
         trials = trials_table(results)
         if not trials.empty:
             files[TRIALS_FILE] = trials_bytes(trials)
+        command = last_launch(read_launch_log([*roots, out_dir])).get("command") or ""
+        files.update(
+            frame_files(
+                *from_results(
+                    table,
+                    predictions_table(predictions) if predictions else pd.DataFrame(),
+                    provenance_records(results),
+                    str(command),
+                )
+            )
+        )
         publish(out_dir, files)
         path = Path(out_dir) / "results.csv"
         print(f"wrote {path} ({len(results)} cells, {len(table)} rows) and history, cells")

@@ -24,9 +24,11 @@ the method for users. In short:
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,9 +37,10 @@ from scipy import stats as sps
 from seqeval.scheme import IOB2, Entities
 from statsmodels.stats.multitest import multipletests
 
+from bench.axes.heads import head_order
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.results import crossed, stats
-from bench.results.studies import Margin, Study, family_of
+from bench.results.studies import Margin, Study, family_of, margins_of, studies_of
 
 #: What a setting is: every axis of a cell except head and seed.
 SETTING = list(stats.SETTING_KEYS)
@@ -206,13 +209,13 @@ def dev_theta(
         Per dev unit, the statistic without it; None where a run has no predictions
         (``loo`` empty) or the runs' splits differ in size.
     """
-    arrays = [*loo, *minus]
-    if not loo or any(x is None or x.shape != arrays[0].shape for x in arrays):
+    arrays = [x for x in [*loo, *minus] if x is not None]
+    if not loo or len(arrays) < len(loo) + len(minus):
         return None
-    theta = np.mean(np.stack([x for x in loo if x is not None]), axis=0)
-    if not minus:
-        return theta
-    return theta - np.mean(np.stack([x for x in minus if x is not None]), axis=0)
+    if any(x.shape != arrays[0].shape for x in arrays):
+        return None
+    theta = np.mean(np.stack(arrays[: len(loo)]), axis=0)
+    return theta - np.mean(np.stack(arrays[len(loo) :]), axis=0) if minus else theta
 
 
 def _se_dev(theta: np.ndarray | None) -> float:
@@ -564,3 +567,53 @@ def build(
     score_frame = scores(runs, loo, studies)
     comparison_frame = comparisons(runs, score_frame, loo, studies, margins, cells, order)
     return mark_best(score_frame, comparison_frame), comparison_frame
+
+
+def from_results(
+    table: pd.DataFrame,
+    predictions: pd.DataFrame,
+    cells: Sequence[Mapping[str, Any]],
+    command: str,
+    conf_dir: Path | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both frames of a results table, with the families and margins of its launch's preset.
+
+    Args:
+        table: The tidy results table.
+        predictions: Its ``predictions.parquet`` rows (empty: seeds only).
+        cells: Its cells' provenance records (``cells.json``).
+        command: The newest launch's command line (it names the experiment preset).
+        conf_dir: The Hydra config tree (default: the package's).
+
+    Returns:
+        ``(scores, comparisons)``, main metric on the dev split.
+    """
+    return build(
+        stats.run_values(table),
+        predictions,
+        studies_of(command, conf_dir),
+        margins_of(command, conf_dir),
+        cells,
+        head_order(),
+    )
+
+
+def frame_files(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> dict[str, bytes]:
+    """``scores`` and ``comparisons`` as the contents of their CSV and Parquet files."""
+    files = {}
+    for name, frame in zip(FRAME_NAMES, (score_frame, comparison_frame), strict=True):
+        text, parquet = io.StringIO(newline=""), io.BytesIO()
+        frame.to_csv(text, index=False)
+        frame.to_parquet(parquet, index=False)
+        files[f"{name}.csv"] = text.getvalue().encode("utf-8")
+        files[f"{name}.parquet"] = parquet.getvalue()
+    return files
+
+
+def read_frames(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The ``scores`` and ``comparisons`` a results directory holds (None: not written)."""
+    paths = [Path(folder) / f"{name}.parquet" for name in FRAME_NAMES]
+    if not all(p.is_file() for p in paths):
+        return None
+    score_frame, comparison_frame = (pd.read_parquet(p) for p in paths)
+    return score_frame, comparison_frame

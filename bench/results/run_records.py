@@ -46,6 +46,7 @@ PROVENANCE_KEYS = (
     "config_hash",
     "main_metric",
     "config",
+    "encoder_info",
     "git",
     "versions",
     "hardware",

@@ -142,12 +142,13 @@ class CollectResults(Callback):
                 print(f"report: {path}")
         if readme:
             try:
-                written = write_readme(ctx)
+                written = write_readme(ctx.inputs, ctx.scores, ctx.comparisons)
             except Exception as err:
                 _not_written("the results README", err)
             else:
                 if written is None:
-                    print(f"note: {not_generated_message(results_folder(ctx) / README)}")
+                    folder = results_folder(ctx.inputs.source)
+                    print(f"note: {not_generated_message(folder / README)}")
                 else:
                     print(f"README: {written}")
 

@@ -487,27 +487,32 @@ def check_values(cfg: DictConfig) -> None:
 
 
 def check_studies(cfg: DictConfig) -> None:
-    """Check an experiment's ``studies`` key at launch, not only when its report is built.
+    """Check an experiment's ``studies`` and ``equivalence`` keys at launch.
 
-    The key changes no cell (it groups the verdicts of the reports), so a malformed one
-    would otherwise surface after the whole sweep has trained.
+    The keys change no cell (they group the verdicts and set their margins), so a malformed
+    one would otherwise surface after the whole sweep has trained.
 
     Raises:
-        ConfigError: Naming the preset (where the config knows it), ``studies[i]...`` and the
-            valid columns (:func:`bench.results.studies.parse_studies`).
+        ConfigError: Naming the preset (where the config knows it), the entry and the valid
+            choices (:func:`bench.results.studies.parse_studies`, ``parse_margins``).
     """
-    from bench.results.studies import STUDIES_KEY, parse_studies  # pandas: only when needed
+    from bench.results import studies  # pandas: only when needed
 
-    value = OmegaConf.select(cfg, STUDIES_KEY, default=None)
-    if value is None:
-        return
     try:
         preset = OmegaConf.select(cfg, "hydra.runtime.choices.experiment", default=None)
     except OmegaConfBaseException:  # the `hydra` node of a config composed outside a run
         preset = None
     source = f"conf/experiment/{preset}.yaml (or an override)" if preset else "the config"
-    plain = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    parse_studies(plain, source)
+    for key, parse in (
+        (studies.STUDIES_KEY, studies.parse_studies),
+        (studies.EQUIVALENCE_KEY, studies.parse_margins),
+    ):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None:
+            plain = (
+                OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            )
+            parse(plain, source)
 
 
 def _plain(cfg: DictConfig, key: str) -> dict[str, Any]:
