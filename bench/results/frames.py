@@ -141,7 +141,7 @@ def _metric(metric: str, c: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         if metric == "accuracy":
             return c[..., 0] / c[..., 1]
-        if metric in ("f1", "entity_f1"):
+        if metric == "f1":
             den = 2 * c[..., 0] + c[..., 1] + c[..., 2]
             return np.where(den > 0, 2 * c[..., 0] / np.where(den > 0, den, 1), 0.0)
         if metric == "mcc":
@@ -153,13 +153,14 @@ def _metric(metric: str, c: np.ndarray) -> np.ndarray:
 
 
 def _entity_counts(rows: pd.DataFrame) -> np.ndarray:
-    """Per sentence of a CoNLL split: [correct entities, predicted, gold] (strict IOB2)."""
+    """Per sentence of a CoNLL split: [correct, spurious, missed] entities (strict IOB2)."""
     ordered = rows.sort_values(["example", "token"], kind="stable")
     gold = ordered.groupby("example", sort=True)["label"].apply(list).tolist()
     pred = ordered.groupby("example", sort=True)["pred"].apply(list).tolist()
     g = [{e.to_tuple() for e in s} for s in Entities(gold, IOB2).entities]
     p = [{e.to_tuple() for e in s} for s in Entities(pred, IOB2).entities]
-    return np.asarray([[len(a & b), len(b), len(a)] for a, b in zip(g, p, strict=True)], float)
+    counts = [[len(a & b), len(b - a), len(a - b)] for a, b in zip(g, p, strict=True)]
+    return np.asarray(counts, dtype=float)
 
 
 def jackknife(task: str, metric: str, rows: pd.DataFrame) -> np.ndarray:
@@ -175,7 +176,7 @@ def jackknife(task: str, metric: str, rows: pd.DataFrame) -> np.ndarray:
     """
     spec = ALL_TASKS[task]
     if isinstance(spec, TokenTaskSpec):
-        counts, kind = _entity_counts(rows), "entity_f1"
+        counts, kind = _entity_counts(rows), "f1"
     else:
         ordered = rows.sort_values("example", kind="stable")
         if spec.is_regression:
