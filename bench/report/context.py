@@ -50,6 +50,6 @@ def build_context(inputs: ReportInputs) -> ReportContext:
         scores=scores,
         comparisons=comparisons,
         multi_encoder=table["encoder"].nunique() > 1,
-        sized=frozenset(tuple(map(str, k)) for k, n in sizes.items() if n > 1),
+        sized=frozenset((str(t), str(e), str(f)) for (t, e, f), n in sizes.items() if n > 1),
         studies=studies_of(command),
     )
