@@ -1,9 +1,9 @@
 """The benchmark checks itself: a slice of a committed experiment, re-run and compared.
 
 The comparison is tested on the committed ``fair_heads`` results themselves: fed back as
-"today's" results they reproduce, identical; moved, they do not. Its intervals are
-cross-checked against SciPy on values read straight from the committed ``result.json``
-files. The slow test re-trains the default slice with today's code.
+"today's" results they reproduce, identical; moved, they do not. Every number of its frames
+is recomputed here with NumPy and SciPy from values read straight from the committed
+``result.json`` files. The slow test re-trains the default slice with today's code.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from bench.cell import config_hash
 from bench.errors import DataError
 from bench.results.collect import read_table
 from bench.results.predictions import read_predictions
-from bench.results.render import Table, to_text
-from bench.results.reproduction import IDENTICAL_ATOL, compare, prediction_changes, seed_text
+from bench.results.reproduction import IDENTICAL_ATOL, compare, prediction_changes
+from bench.results.selfcheck_record import cell_frame, head_frame, read_record
 from bench.run.selfcheck import (
     RECORD_FILE,
     SLICES,
@@ -34,6 +34,7 @@ from bench.run.selfcheck import (
     committed_cells,
     main,
     prepare,
+    print_record,
     read_rerun,
 )
 
@@ -99,50 +100,100 @@ def test_the_gpu_slice_finds_cells_whose_batch_order_follows_their_seed():
         assert config_hash(cell.config) == config_hash(OmegaConf.create(cell.result["config"]))
 
 
+def _committed_values(head: str) -> pd.Series:
+    """A setting's dev accuracies by seed, read straight from its committed result files."""
+    folder = EXPERIMENT / "runs" / "sst2" / "minilm" / head / "frozen"
+    results = [json.loads((d / "result.json").read_text()) for d in folder.glob("seed=*")]
+    values = {r["cell"]["seed"]: r["best"]["metrics"]["dev"]["accuracy"] for r in results}
+    return pd.Series(values, dtype=float).sort_index()
+
+
+def _expected_heads(today: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """Each default-slice head's committed mean, t interval and mean with today's values."""
+    rows = []
+    for head in sorted(DEFAULT.heads):
+        x = _committed_values(head)
+        mixed = x.copy()
+        for (h, seed), value in today.items():
+            if h == head:
+                mixed[seed] = value
+        low, high = sps.t.interval(0.95, df=x.size - 1, loc=x.mean(), scale=sps.sem(x))
+        rows.append(
+            {
+                "head_label": head,
+                "n": x.size,
+                "committed_mean": x.mean(),
+                "t_low": low,
+                "t_high": high,
+                "today_mean": mixed.mean(),
+                "shift": mixed.mean() - x.mean(),
+                "in_t": low <= mixed.mean() <= high,
+            }
+        )
+    return pd.DataFrame(rows).set_index("head_label")
+
+
+def _check_heads(rep, today: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """The settings frame against the values recomputed here; returns the expected frame."""
+    expected = _expected_heads(today)
+    got = rep.settings.set_index("head_label").loc[expected.index]
+    assert (got["n"] == expected["n"]).all() and (got["n"] == 10).all()
+    for column in ("committed_mean", "t_low", "t_high", "today_mean", "shift"):
+        np.testing.assert_allclose(got[column], expected[column], rtol=0, atol=1e-12)
+    assert got["in_t"].tolist() == expected["in_t"].tolist()
+    assert all(seeds == [1, 2, 3] for seeds in got["seeds"])
+    return expected
+
+
+def _today(today: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """The re-run cells' dev accuracies by (head, seed)."""
+    dev = today[(today["split"] == "dev") & (today["metric"] == "accuracy")]
+    return {(r.head_label, int(r.seed)): float(r.value) for r in dev.itertuples()}
+
+
 def test_the_committed_results_reproduce_themselves(committed, committed_predictions, as_today):
     today, predictions = as_today
     rep = compare(committed, today, committed_predictions, predictions)
     assert rep.ok
-    assert rep.n_identical == len(rep.cells) == 6
-    assert (rep.cells["diff"] == 0).all()
+    assert len(rep.cells) == 6 and (rep.cells["diff"] == 0).all() and rep.cells["identical"].all()
     assert (rep.cells["changed"] == 0).all() and (rep.cells["n_predictions"] == 872).all()
+    for _, cell in rep.cells.iterrows():
+        assert cell["committed"] == _committed_values(cell["head_label"])[cell["seed"]]
+    expected = _check_heads(rep, _today(today))
+    assert (expected["shift"] == 0).all() and expected["in_t"].all()
     assert rep.settings["reproduces"].all()
-    assert (rep.settings["today_mean"] == rep.settings["committed_mean"]).all()
-    assert list(rep.settings["seeds"]) == [[1, 2, 3], [1, 2, 3]]
-    assert rep.verdict().startswith("REPRODUCED: all 6 cells identical")
-    assert "within its committed 95% t and BCa intervals" in rep.verdict()
     record = json.loads(json.dumps(rep.records(), allow_nan=False))  # strict JSON
     assert record["ok"] and record["cells"][0]["committed"] == rep.cells["committed"][0]
+    assert cell_frame(record)["identical"].all() and head_frame(record)["inside"].all()
 
 
 def test_a_shifted_head_does_not_reproduce(committed, as_today):
     today, _ = as_today
-    # last4_concat's committed mean 0.7162, t-interval [0.7078, 0.7245]: three seeds 5
-    # points lower move the ten-seed mean 1.5 points, out of it
-    rep = compare(committed, _shifted(today, "last4_concat", [1, 2, 3], -0.05))
+    # three seeds 5 points lower move a ten-seed mean 1.5 points
+    shifted = _shifted(today, "last4_concat", [1, 2, 3], -0.05)
+    rep = compare(committed, shifted)
     assert not rep.ok
+    expected = _check_heads(rep, _today(shifted))
+    assert expected.loc["last4_concat", "shift"] == pytest.approx(-0.015)
+    assert not expected.loc["last4_concat", "in_t"] and expected.loc["mean_linear", "in_t"]
     moved = rep.settings.set_index("head_label")
-    assert not moved.loc["last4_concat", "in_t"] and not moved.loc["last4_concat", "in_ci"]
-    assert moved.loc["last4_concat", "shift"] == pytest.approx(-0.015)
-    assert moved.loc["mean_linear", "reproduces"]
-    verdict = rep.verdict()
-    assert verdict.startswith("NOT REPRODUCED: sst2/minilm/last4_concat/frozen: today's mean")
-    assert "outside the committed t-interval [0.7078, 0.7245]" in verdict
-    assert "outside the committed BCa interval [0.7072, 0.7216]" in verdict
-    assert "mean_linear" not in verdict
+    assert not moved.loc["last4_concat", "reproduces"] and moved.loc["mean_linear", "reproduces"]
+    heads = head_frame(rep.records()).set_index("head_label")
+    assert heads["inside"].to_dict() == {"last4_concat": False, "mean_linear": True}
 
 
 def test_one_changed_example_reproduces_within_the_intervals(committed, as_today):
     today, _ = as_today
-    rep = compare(committed, _shifted(today, "mean_linear", [2], 1 / 872))
-    assert rep.ok and rep.n_identical == 5
+    moved = _shifted(today, "mean_linear", [2], 1 / 872)
+    rep = compare(committed, moved)
+    assert rep.ok and rep.cells["identical"].sum() == 5
     cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 2)]
-    assert not cell["identical"] and cell["diff"] == pytest.approx(1 / 872)
-    assert rep.verdict().startswith("REPRODUCED within the intervals: 5 of 6 cells identical")
-    assert "largest |Δ| 0.001147, sst2/minilm/mean_linear/frozen" in rep.verdict()
+    assert not cell["identical"] and cell["diff"] == pytest.approx(1 / 872, abs=1e-7)
+    expected = _check_heads(rep, _today(moved))
+    assert expected.loc["mean_linear", "shift"] == pytest.approx(1 / 8720, abs=1e-8)
     # float noise is not a change
     rep = compare(committed, _shifted(today, "mean_linear", [2], IDENTICAL_ATOL / 2))
-    assert rep.n_identical == 6
+    assert rep.cells["identical"].all()
 
 
 def test_a_cell_whose_predictions_changed_at_the_same_score_is_not_identical(
@@ -162,11 +213,11 @@ def test_a_cell_whose_predictions_changed_at_the_same_score_is_not_identical(
         changed.loc[row, "pred"] = other[str(changed.loc[row, "pred"])]
     rep = compare(committed, today, committed_predictions, changed)
     cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 2)]
-    assert cell["identical"] and cell["changed"] == 2  # the same score
-    assert rep.n_identical == 5
-    assert rep.verdict().startswith("REPRODUCED within the intervals: 5 of 6 cells identical")
-    cells_table = to_text(rep.tables()[0])
-    assert "same score" in cells_table
+    assert cell["identical"] and cell["changed"] == 2  # the record's score-only flag
+    cells = cell_frame(rep.records()).set_index(["head_label", "seed"])
+    assert cells.loc[("mean_linear", 2), "same_score"]
+    assert not cells.loc[("mean_linear", 2), "identical"]  # predictions moved
+    assert cells["identical"].sum() == 5
 
 
 def test_a_failed_rerun_does_not_reproduce(committed, as_today):
@@ -176,10 +227,14 @@ def test_a_failed_rerun_does_not_reproduce(committed, as_today):
     failed.loc[row, ["status", "reason", "value"]] = ["failed", "out of memory", np.nan]
     rep = compare(committed, failed)
     assert not rep.ok
-    assert rep.settings.set_index("head_label").loc["mean_linear", "failed_seeds"] == [3]
-    assert rep.verdict() == (
-        "NOT REPRODUCED: sst2/minilm/mean_linear/frozen/seed=3 failed: out of memory"
-    )
+    setting = rep.settings.set_index("head_label").loc["mean_linear"]
+    assert setting["failed_seeds"] == [3] and not setting["reproduces"]
+    # today's mean leaves the failed seed out: the other nine seeds' values
+    x = _committed_values("mean_linear")
+    assert setting["today_mean"] == pytest.approx(x.drop(3).mean(), abs=1e-12)
+    cell = rep.cells.set_index(["head_label", "seed"]).loc[("mean_linear", 3)]
+    assert (cell["status"], cell["reason"]) == ("failed", "out of memory")
+    assert not head_frame(rep.records()).set_index("head_label").loc["mean_linear", "reproduces"]
 
 
 def test_a_cell_the_experiment_lacks_is_refused(committed, as_today):
@@ -213,35 +268,6 @@ def test_regression_scores_change_beyond_float_noise(committed_predictions):
     change = prediction_changes(committed_predictions, flipped).iloc[0]
     assert (change["changed"], change["n_predictions"]) == (1, 872)
     assert np.isnan(change["score_diff"])
-
-
-def _committed_values(head: str) -> np.ndarray:
-    """A setting's dev accuracies read straight from its committed result files, by seed.
-
-    The order matters to the bootstrap (its fixed rng resamples positions): the tables
-    order a setting's runs by seed.
-    """
-    folder = EXPERIMENT / "runs" / "sst2" / "minilm" / head / "frozen"
-    results = [json.loads((d / "result.json").read_text()) for d in folder.glob("seed=*")]
-    results.sort(key=lambda r: r["cell"]["seed"])
-    return np.array([r["best"]["metrics"]["dev"]["accuracy"] for r in results], dtype=float)
-
-
-def test_the_intervals_are_scipys(committed, as_today):
-    today, _ = as_today
-    rep = compare(committed, today)
-    for _, row in rep.settings.iterrows():
-        x = _committed_values(row["head_label"])
-        assert row["n"] == x.size == 10
-        assert row["committed_mean"] == pytest.approx(x.mean(), abs=1e-15)
-        low, high = sps.t.interval(0.95, df=x.size - 1, loc=x.mean(), scale=sps.sem(x))
-        assert (row["t_low"], row["t_high"]) == pytest.approx((low, high), abs=1e-12)
-        boot = sps.bootstrap(
-            (x,), np.mean, n_resamples=10_000, method="BCa", rng=np.random.default_rng(0)
-        )
-        assert row["ci_method"] == "BCa"
-        ci = boot.confidence_interval
-        assert (row["ci_low"], row["ci_high"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
 
 
 def test_bad_input_names_the_path_and_the_valid_choices(tmp_path, capsys):
@@ -315,30 +341,17 @@ def test_committed_files_that_disagree_are_bad_input(tmp_path):
         committed_cells(copy, one)
 
 
-def test_seed_text():
-    assert seed_text([3, 1, 2]) == "1-3"
-    assert seed_text([1, 2]) == "1,2"
-    assert seed_text([1, 4, 7]) == "1,4,7"
-
-
-def test_text_tables_align_their_columns():
-    table = Table(
-        title="Cells",
-        caption="a caption",
-        header=["cell", "value"],
-        rows=[["a/long/name", "0.5"], ["b", "10.25"]],
-        align=["l", "r"],
-        notes=["a note"],
-    )
-    assert to_text(table) == (
-        "Cells\n"
-        "a caption\n"
-        "cell         value\n"
-        "-----------  -----\n"
-        "a/long/name    0.5\n"
-        "b            10.25\n"
-        "a note\n"
-    )
+def test_the_printout_shows_every_cell_and_head_of_a_record(capsys):
+    record = read_record(EXPERIMENT)
+    assert record is not None
+    print_record(record)
+    out = capsys.readouterr().out
+    for cell in record["cells"]:
+        name = f"{cell['task']}/minilm/{cell['head_label']}/frozen/seed={cell['seed']}"
+        assert f"{name} " in out and f"{cell['committed']:.6f}" in out
+    for setting in record["settings"]:
+        assert f"{setting['task']}/minilm/{setting['head_label']}/frozen " in out
+    assert out.splitlines()[-1].startswith("REPRODUCED" if record["ok"] else "NOT REPRODUCED")
 
 
 @pytest.mark.slow
@@ -361,7 +374,6 @@ def test_the_default_slice_reproduces_the_committed_fair_heads(tmp_path):
         timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "\nREPRODUCED" in done.stdout
     record = json.loads((tmp_path / RECORD_FILE).read_text())
     assert record["ok"] and record["slice"]["name"] == "default"
     assert [c["status"] for c in record["cells"]] == ["ok"] * 6

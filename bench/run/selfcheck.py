@@ -5,7 +5,7 @@ experiment's committed cells (:data:`SLICES`) with today's code into a fresh tem
 directory, never into ``results/``, and compares them with the committed results
 (:mod:`bench.results.reproduction`): each cell's reporting-split main metric beside the
 committed one, and each head's committed mean with the re-run seeds' values from today
-against its committed 95% t and BCa intervals. It prints both tables and a one-line verdict.
+against its committed 95% t interval. It prints both tables and a one-line verdict.
 
 Each cell trains exactly what its committed run trained, by the path a sweep takes
 (:func:`bench.run.search.run_with_search`, stage 2): the planned config of its run directory
@@ -56,9 +56,10 @@ from bench.results.rescore import verified
 from bench.results.result_file import load_result
 from bench.results.selfcheck_record import (
     RECORD_FILE,
+    cell_frame,
     device_name,
-    devices_text,
-    version_changes,
+    environment,
+    head_frame,
 )
 from bench.results.stats import RUN_KEYS, run_key, run_values
 from bench.run.cli import JOB_CONFIG_DIR
@@ -379,25 +380,20 @@ def _versions(cells: list[CommittedCell]) -> dict[str, list[str]]:
     return {name: sorted(v) for name, v in seen.items()}
 
 
-def provenance_lines(record: dict[str, Any]) -> list[str]:
-    """What the committed cells ran at and what ran today, naming changed library versions.
-
-    Args:
-        record: The check's record (:func:`selfcheck`).
-
-    Returns:
-        Two lines of text.
-    """
-    committed, today = record["committed"], record["today"]
-    changed = version_changes(record)
-    dirty = " with uncommitted changes" if today["git"].get("dirty") else ""
-    commits = ", ".join(c[:7] for c in committed["git"])
-    return [
-        f"committed cells ran at {commits}; today at {str(today['git'].get('commit'))[:7]}{dirty}",
-        "library versions: "
-        + ("as committed" if not changed else "changed: " + ", ".join(changed))
-        + f"; {devices_text(record)}",
-    ]
+def print_record(record: dict[str, Any]) -> None:
+    """Print a check's timing, environment, cells and heads (frames) and a one-line verdict."""
+    cells, heads = cell_frame(record), head_frame(record)
+    for _, cell in cells[cells["status"] != "ok"].iterrows():
+        print(f"{cell['cell']} {cell['status']}: {cell['reason']}")
+    shown = ["setting", "metric", "n", "committed_mean", "t_low", "t_high", "today_mean", "inside"]
+    frames = [pd.DataFrame([record["timing"]]).round(1), environment(record)]
+    frames += [cells[["cell", "metric", "committed", "today", "diff", "changed", "identical"]]]
+    print("\n\n".join(f.to_string(index=False) for f in [*frames, heads[shown]]))
+    print(
+        f"{'REPRODUCED' if record['ok'] else 'NOT REPRODUCED'}: {cells['identical'].sum()} of "
+        f"{len(cells)} cells identical; {heads['inside'].sum()} of {len(heads)} heads' means "
+        f"inside their committed {record['confidence']:.0%} intervals"
+    )
 
 
 def _record(
@@ -577,16 +573,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     reproduction, record = selfcheck(experiment, args.slice, cells, args.out, args.reuse_cache)
     record["timing"]["total_s"] = time.perf_counter() - started
-    timing = record["timing"]
-    built = timing["cache_build_s"]
-    cache = f" (hidden-state cache built in {built:.0f} s)" if built else ""
-    print(
-        f"re-ran {len(reproduction.cells)} cells in {timing['retrain_s']:.0f} s{cache}; "
-        f"the whole check took {timing['total_s']:.0f} s"
-    )
-    print("\n".join(provenance_lines(record)))
-    print()
-    print(reproduction.text(), end="")
+    print_record(record)
     if args.out is not None:
         path = atomic_write_json(args.out / RECORD_FILE, record)
         print(f"wrote {path}")
