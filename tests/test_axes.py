@@ -16,10 +16,10 @@ from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.model.encoders import load_tokenizer
+from bench.results import crossed, frames
 from bench.results.collect import cell_key, tidy
-from bench.results.crossed import crossed_t_test
 from bench.results.result_file import with_axes
-from bench.results.stats import compare_heads, normalize_table, run_values
+from bench.results.stats import normalize_table, run_values
 from bench.run.plan import plan
 from bench.run.train import run
 from conftest import CONF, frozen_sst2_key
@@ -154,15 +154,16 @@ def test_heads_are_paired_by_seed_and_order_seed():
     results.append(_result(4, 1, 0.85, "linear"))  # no partner: not paired
     table = tidy(results)
     assert len(run_values(table)) == 13
-    row = compare_heads(table).iloc[0]
+    runs_table = run_values(table)
+    row = frames.comparisons(runs_table, frames.scores(runs_table)).iloc[0]
     diffs = np.array([a[r] - b[r] for r in runs])
     assert row["n_pairs"] == 6
-    assert row["diff"] == pytest.approx(diffs.mean())
-    assert row["seeds"] == "1/o1,1/o2,2/o1,2/o2,3/o1,3/o2"
-    # every seed ran with both orders: a crossed grid, tested with seed and order effects
-    assert row["design"] == "3 seeds × 2 orders"
-    assert row["p"] == pytest.approx(crossed_t_test(diffs.reshape(3, 2))[0])
-    assert row["p"] != pytest.approx(sps.ttest_rel([a[r] for r in runs], [b[r] for r in runs])[1])
+    assert row["estimate"] == pytest.approx(diffs.mean())
+    # every seed ran with both orders: a crossed grid, its error with seed and order effects
+    grid = pd.DataFrame(diffs.reshape(3, 2), index=[1, 2, 3], columns=[1, 2])
+    assert row["se_seed"] == pytest.approx(crossed.crossed_mean(grid).se)
+    naive = sps.ttest_rel([a[r] for r in runs], [b[r] for r in runs])
+    assert row["p"] != pytest.approx(naive.pvalue)
     sizes = tidy([_result(1, None, 0.8, train_size=100), _result(1, None, 0.9, train_size=400)])
     assert list(pd.unique(normalize_table(sizes)["train_size"])) == [100, 400]
     assert len(run_values(sizes)) == 2  # two training sizes: two runs, not one

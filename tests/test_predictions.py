@@ -14,16 +14,12 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import pearsonr
 from seqeval.metrics import f1_score
 from seqeval.scheme import IOB2
-from sklearn.metrics import accuracy_score, matthews_corrcoef
-from sklearn.metrics import f1_score as sk_f1
 from test_token_train import small_conll  # noqa: F401  (a fixture: the first real sentences)
 
 from bench.cell import TRIAL_FILE
 from bench.data.tasks import get_task
-from bench.report import per_example
 from bench.results.collect import collect
 from bench.results.predictions import PREDICTION_COLUMNS, read_predictions
 from bench.results.trials import read_trials
@@ -189,64 +185,3 @@ def test_trials_are_collected_with_their_selection_scores(compose_cfg, data_dir,
     table = pd.read_csv(tmp_path / "results" / "results.csv")
     assert set(table["selection"]) == {"heldout"}
     assert table["trial"].iloc[0] == result["search"]["selected"]
-
-
-@pytest.mark.parametrize("metric", ["accuracy", "f1", "mcc", "pearson"])
-def test_the_reports_numpy_metrics_equal_scikit_learn_and_scipy(metric):
-    rng = np.random.default_rng(7)
-    for trial in range(20):
-        y = rng.integers(0, 2, size=50)
-        p = y.copy() if trial == 0 else rng.integers(0, 2, size=50)
-        if trial == 1:
-            p[:] = 1  # a constant prediction: MCC 0, F1 of all-positive
-        if metric == "pearson":
-            y, p = rng.normal(size=50), rng.normal(size=50)
-        ours = per_example.METRICS[metric](y, p)
-        theirs = {
-            "accuracy": accuracy_score,
-            "f1": lambda a, b: sk_f1(a, b, zero_division=0),
-            "mcc": matthews_corrcoef,
-            "pearson": lambda a, b: pearsonr(a, b)[0],
-        }[metric](y, p)
-        assert ours == pytest.approx(theirs, abs=1e-12)
-
-
-def test_the_per_example_bootstrap_of_a_verdict_row():
-    """Two heads × 3 seeds on 60 examples: the observed difference is the seed-mean one."""
-    rng = np.random.default_rng(3)
-    gold = rng.integers(0, 2, size=60)
-    rows = []
-    for head, flip in (("bilstm", 0.1), ("linear", 0.3)):
-        for seed in (1, 2, 3):
-            pred = np.where(rng.random(60) < flip, 1 - gold, gold)
-            for i in range(60):
-                rows.append(
-                    {
-                        "task": "sst2",
-                        "encoder": "minilm",
-                        "head_label": head,
-                        "freeze_label": "frozen",
-                        "seed": seed,
-                        "split": "dev",
-                        "example": i,
-                        "label": str(gold[i]),
-                        "pred": str(pred[i]),
-                    }
-                )
-    table = pd.DataFrame(rows)
-    accuracy = table.assign(hit=table["label"] == table["pred"]).groupby(["head_label", "seed"])
-    means = accuracy["hit"].mean().groupby("head_label").mean()
-    row = pd.Series(
-        {
-            "task": "sst2",
-            "encoder": "minilm",
-            "freeze_label": "frozen",
-            "metric": "accuracy",
-            "winner": "bilstm",
-            "runner_up": "linear",
-        }
-    )
-    found = per_example.per_example_row(table, row, n_resamples=500)
-    assert found["diff"] == pytest.approx(means["bilstm"] - means["linear"])
-    assert found["low"] < found["diff"] < found["high"] and 0 < found["p"] <= 1
-    assert (found["n_examples"], found["seeds_a"], found["seeds_b"]) == (60, 3, 3)

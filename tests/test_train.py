@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from bench.cell import cell_path
 from bench.data.tasks import get_task
-from bench.report.readme import experiment_readme, phase_line
+from bench.report.readme import experiment_readme
 from bench.results.run_records import read_launch_log
 from bench.run.timing import PHASES, phase
 from bench.run.train import run
@@ -370,16 +370,3 @@ def test_a_phase_adds_its_seconds_even_when_the_block_raises():
     assert set(result["phases_s"]) == {"data"} and result["phases_s"]["data"] >= 0
     with pytest.raises(ValueError, match="valid: data, model"), phase(result, "loading"):
         pass
-
-
-def test_the_cost_line_gives_median_phases_and_the_rest():
-    cells = [
-        {"wall_time_s": 10.0, "phases_s": {"data": 1.0, "fit": 6.0}},
-        {"wall_time_s": 20.0, "phases_s": {"data": 3.0, "fit": 12.0}},
-        {"wall_time_s": 30.0, "phases_s": {"data": 2.0, "fit": 20.0}},
-        {"wall_time_s": 5.0},  # older code: no phases
-    ]
-    line = phase_line(cells)
-    assert "over the 3 cells" in line
-    assert "data 2.00, fit 12.00; the rest (start-up, writing the result) 5.00." in line
-    assert phase_line([{"wall_time_s": 1.0}]) == ""
