@@ -1,9 +1,9 @@
 """Calibration: stored class probabilities, ECE / Brier / NLL, temperature scaling, report.
 
-The metric functions are checked against direct NumPy implementations written here and
-against scikit-learn; the temperature against a brute-force grid; the stored probabilities
-against the softmax of the logits; and real tiny cells end to end (probability columns,
-the selection slice's file, collect, report section, README sentence, resume).
+The scores are checked against direct NumPy implementations written here and against
+scikit-learn; the temperature against a brute-force grid; the stored probabilities against
+the softmax of the logits; and real tiny cells end to end (probability columns, the
+selection slice's file, collect, the report section's numbers, resume).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from bench.cell import config_hash
 from bench.data.tasks import get_task
 from bench.errors import DataError
 from bench.model.task_types import SequenceEvaluation
-from bench.report import build_report
-from bench.report.findings import calibration_finding
+from bench.report.calibration import calibration_section
+from bench.report.context import build_context
+from bench.report.inputs import load_inputs
 from bench.results import calibration as cal
 from bench.results.collect import collect
 from bench.results.predictions import cell_predictions, read_predictions
 from bench.run.resume import cell_state
 from bench.run.train import run
-from conftest import frozen_sst2_key
 
 CELL = (
     "encoder=tiny_bert",
@@ -104,7 +104,7 @@ def synthetic(n, classes, sharpen, seed):
 def test_ece_equals_a_direct_numpy_implementation(classes, n_bins):
     for seed in range(5):
         probs, labels, _ = synthetic(400, classes, 2.5, seed)
-        ours = cal.expected_calibration_error(probs, labels, n_bins)
+        ours = cal.scores(probs, labels, n_bins)["ece"]
         assert ours == pytest.approx(numpy_ece(probs, labels, n_bins), abs=1e-12)
 
 
@@ -116,16 +116,15 @@ def test_ece_bins_are_closed_on_the_right():
     assert counts.tolist() == [0, 2, 2, 0]
     assert conf.tolist() == [0, 1.0, 1.5, 0] and correct.tolist() == [0, 1, 1, 0]
     # bin 2: |1/2 - 0.75| * 2/4; bin 1: |1/2 - 1/2|
-    assert cal.expected_calibration_error(probs, labels, 4) == pytest.approx(0.125)
-    assert cal.expected_calibration_error(np.eye(3), np.arange(3)) == 0.0
+    assert cal.scores(probs, labels, 4)["ece"] == pytest.approx(0.125)
+    assert cal.scores(np.eye(3), np.arange(3))["ece"] == 0.0
 
 
 @pytest.mark.parametrize("classes", [2, 3, 4])
 def test_brier_and_nll_equal_numpy_and_scikit_learn(classes):
     probs, labels, _ = synthetic(300, classes, 1.7, classes)
-    brier = cal.brier_score(probs, labels)
+    brier, nll = cal.scores(probs, labels)["brier"], cal.scores(probs, labels)["nll"]
     assert brier == pytest.approx(numpy_brier(probs, labels), abs=1e-12)
-    nll = cal.negative_log_likelihood(probs, labels)
     assert nll == pytest.approx(-np.mean(np.log(probs[np.arange(300), labels])), abs=1e-12)
     assert nll == pytest.approx(log_loss(labels, probs, labels=list(range(classes))), abs=1e-9)
     if classes == 2:  # the multi-class Brier score is twice the binary one of class 1
@@ -133,14 +132,6 @@ def test_brier_and_nll_equal_numpy_and_scikit_learn(classes):
     else:
         theirs = brier_score_loss(labels, probs, labels=list(range(classes)))
         assert brier == pytest.approx(theirs, abs=1e-12)
-
-
-def test_metrics_refuse_mismatched_inputs():
-    with pytest.raises(ValueError, match="class ids"):
-        cal.brier_score(np.full((2, 2), 0.5), np.array([0, 2]))
-    with pytest.raises(ValueError, match=r"\(n, C\)"):
-        cal.expected_calibration_error(np.full((3, 2), 0.5), np.array([0, 1]))
-    assert math.isnan(cal.negative_log_likelihood(np.zeros((0, 2)), np.zeros(0, dtype=int)))
 
 
 # --------------------------------------------------------------------------- temperature
@@ -156,7 +147,7 @@ def test_fitted_temperature_equals_a_brute_force_grid(classes, sharpen):
     if sharpen != 1.0:
         assert (fitted > 1) is (sharpen > 1)
     scaled = cal.scale_probabilities(probs, fitted)
-    assert cal.negative_log_likelihood(scaled, labels) <= cal.negative_log_likelihood(probs, labels)
+    assert log_loss(labels, scaled) <= log_loss(labels, probs)
     # Scaling the probabilities is scaling the logits: softmax(logits / T).
     np.testing.assert_allclose(scaled, softmax(logits / fitted, axis=1), rtol=1e-9, atol=1e-15)
     assert (scaled.argmax(axis=1) == probs.argmax(axis=1)).all()
@@ -168,8 +159,7 @@ def test_a_separable_slice_drives_the_temperature_towards_its_lower_bound():
     fitted = cal.fit_temperature(probs, labels)
     assert cal.TEMPERATURE_BOUNDS[0] <= fitted < 0.05  # the NLL only falls as T shrinks
     scaled = cal.scale_probabilities(probs, fitted)
-    assert cal.negative_log_likelihood(scaled, labels) == pytest.approx(0, abs=1e-12)
-    assert math.isnan(cal.fit_temperature(np.zeros((0, 2)), np.zeros(0, dtype=int)))
+    assert cal.scores(scaled, labels)["nll"] == pytest.approx(0, abs=1e-12)
 
 
 # --------------------------------------------------------------------------- what is stored
@@ -284,9 +274,8 @@ def test_an_old_predictions_parquet_reads_with_empty_probabilities(tmp_path):
     old.to_parquet(tmp_path / "predictions.parquet")
     table = read_predictions(tmp_path)
     assert table["probs"].isna().all()
-    assert not cal.has_probabilities(table)
     runs, bins = cal.calibration_tables(table)
-    assert runs.empty and bins.empty and list(runs.columns) == cal.RUN_COLUMNS
+    assert runs.empty and bins.empty and {"ece", "ece_ts", "temperature"} <= set(runs.columns)
 
 
 # --------------------------------------------------------------------------- end to end
@@ -311,7 +300,6 @@ def cells(compose_cfg, data_dir, tmp_path_factory):
         made[(name, seed)] = (cfg, run_dir, result)
     for name in ("heldout", "dev"):
         collect([root / name], root / "results" / name)
-        build_report(root / "results" / name, root / "reports" / f"{name}.html")
     return root, made
 
 
@@ -364,7 +352,6 @@ def test_storing_probabilities_changes_no_config_hash_and_old_cells_stay_done(ce
 def test_collected_calibration_equals_numpy_on_the_parquet(cells):
     root, _ = cells
     table = read_predictions(root / "results" / "heldout")
-    assert cal.has_probabilities(table)
     runs, bins = cal.calibration_tables(table)
     assert len(runs) == 2 and set(runs["split"]) == {"dev"}
     for _, r in runs.iterrows():
@@ -401,118 +388,35 @@ def test_a_tampered_selection_prediction_is_refused(cells, tmp_path, capsys):
     assert "select accuracy: recorded" in capsys.readouterr().out
 
 
-def _section(root, name):
-    soup = BeautifulSoup((root / "reports" / f"{name}.html").read_text(), "html.parser")
-    return soup, soup.find("section", id="calibration")
+def _shown(root, name):
+    """The calibration section's table rows as {header: text} and its figures."""
+    section = calibration_section(build_context(load_inputs(root / "results" / name)))
+    assert section is not None and section.title == "Calibration"
+    soup = BeautifulSoup(section.body, "html.parser")
+    header = [th.get_text() for th in soup.find("thead").find_all("th")]
+    rows = [[td.get_text() for td in tr.find_all("td")] for tr in soup.find("tbody").find_all("tr")]
+    return [dict(zip(header, row, strict=True)) for row in rows], soup.select("figure > img")
 
 
-def test_the_report_shows_calibration_per_head_with_its_binning(cells):
+def test_the_report_shows_each_heads_ece_before_and_after_scaling(cells):
+    """The table's numbers, recomputed from the parquet with NumPy and a brute-force T."""
     root, _ = cells
-    soup, section = _section(root, "heldout")
-    assert section is not None and section.h2.get_text() == "7. Calibration"
-    assert soup.find("section", id="provenance").h2.get_text() == "8. Provenance"
-    text = section.get_text()
-    assert "15 equal-width bins over the top-class probability" in text
-    assert "selection slice" in text and "never on the reporting split" in text
-    header = [th.get_text() for th in section.find("thead").find_all("th")]
-    row = [td.get_text() for td in section.find("tbody").find_all("td")]
-    values = dict(zip(header, row, strict=True))
-    runs = cal.calibration_tables(read_predictions(root / "results" / "heldout"))[0]
-    assert values["Head"] == "linear" and values["Seeds"] == "2"
-    ece = 100 * runs["ece"]
-    assert values["ECE (%)"] == f"{ece.mean():.1f} ± {ece.std(ddof=1):.1f}"
-    brier = runs["brier_ts"]
-    assert values["Brier after TS"] == f"{brier.mean():.3f} ± {brier.std(ddof=1):.3f}"
-    assert section.select("figure > img")[0]["src"].startswith("data:image/svg+xml;base64,")
-    _, dev_section = _section(root, "dev")
-    assert "Temperature scaling is unavailable here" in dev_section.get_text()
-
-
-def test_the_findings_sentence_appears_only_with_probabilities(cells, tmp_path):
-    root, _ = cells
-    sentence = calibration_finding(root / "results" / "heldout")
-    runs = cal.calibration_tables(read_predictions(root / "results" / "heldout"))[0]
-    assert sentence.startswith("Calibration on dev (ECE ×100 over 15 equal-width")
-    assert f"lowers ECE in {(runs['ece_ts'] < runs['ece']).sum()} of 2 runs" in sentence
-    assert "unavailable" in calibration_finding(root / "results" / "dev")
-    assert calibration_finding(tmp_path) is None  # no predictions.parquet at all
-
-
-# --------------------------------------------------------------------------- Findings rule
-
-
-def _calibration_runs(per_head: dict[str, tuple[list[float], list[float]]]) -> pd.DataFrame:
-    """Calibration runs of one SST-2 setting: per head, (ECE per seed, accuracy per seed)."""
-    rows = []
-    for head, (eces, accuracies) in per_head.items():
-        for seed, (ece, acc) in enumerate(zip(eces, accuracies, strict=True), start=1):
-            rows.append(
-                {
-                    **frozen_sst2_key(head, seed),
-                    "train_size": np.nan,
-                    "order_seed": np.nan,
-                    "split": "dev",
-                    "accuracy": acc,
-                    "ece": ece,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def _results_of(runs: pd.DataFrame, constant: float) -> pd.DataFrame:
-    """The tidy results table of those runs: accuracy is the main metric."""
-    return runs.assign(
-        status="ok",
-        main_metric="accuracy",
-        metric="accuracy",
-        value=runs["accuracy"],
-        baseline=constant,
-        best_constant=constant,
-    ).drop(columns=["accuracy", "ece"])
-
-
-def test_the_lowest_ece_is_sought_among_heads_that_beat_the_constant_with_accuracy_beside():
-    from bench.report.findings import lowest_ece, score_standing
-
-    constant = 0.509
-    per_head = {
-        # at chance: the lowest ECE of all, trivially (its mean is at the constant)
-        "chance": ([0.010, 0.012, 0.011], [0.509, 0.509, 0.509]),
-        # learned, clearly above the constant
-        "good": ([0.050, 0.060, 0.055], [0.80, 0.81, 0.79]),
-        "worse": ([0.150, 0.170, 0.160], [0.78, 0.80, 0.79]),
-    }
-    runs = _calibration_runs(per_head)
-    standing = score_standing(_results_of(runs, constant))
-    row = lowest_ece(runs, standing).iloc[0]
-    assert row["head"] == "good"  # not "chance", whose mean ECE is lowest
-    assert row["ece"] == pytest.approx(np.mean(per_head["good"][0]))
-    assert row["accuracy"] == pytest.approx(np.mean(per_head["good"][1]))
-    assert "`chance` 1.1 at 50.9 acc" in row["left_out"]
-    # without the rule, the chance head would be named
-    assert lowest_ece(runs).iloc[0]["head"] == "chance"
-    # good vs worse: ECE differs on every seed by ~0.1: not a tie
-    assert row["tied"] == ""
-
-
-def test_a_head_whose_accuracy_interval_reaches_the_constant_is_named_with_a_caveat():
-    from bench.report import findings
-
-    constant = 0.509
-    per_head = {
-        # mean above the constant, but three noisy seeds: its t-interval reaches it
-        "borderline": ([0.020, 0.025, 0.022], [0.50, 0.53, 0.52]),
-        "good": ([0.060, 0.030, 0.080], [0.80, 0.81, 0.79]),
-    }
-    runs = _calibration_runs(per_head)
-    table = _results_of(runs, constant)
-    acc = np.array(per_head["borderline"][1])
-    low = acc.mean() - 4.303 * acc.std(ddof=1) / np.sqrt(3)  # t(0.975, 2) = 4.303
-    assert low < constant < acc.mean()
-    lowest = findings.lowest_ece(runs, findings.score_standing(table)).iloc[0]
-    assert lowest["head"] == "borderline" and lowest["standing"] == "interval reaches it"
-    text = findings._ece_notes(lowest, every=2)
-    assert text.startswith(f" at {100 * acc.mean():.1f} acc (the 95% t-interval of its acc")
-    assert "reaches the best constant prediction, 50.9: calibration there says little" in text
-    # the ECE gap to `good` is not significant on three seeds: a tie, named
-    assert lowest["tied"] == "`good`"
+    (row,), figures = _shown(root, "heldout")
+    assert figures and figures[0]["src"].startswith("data:image/svg+xml;base64,")
+    table = read_predictions(root / "results" / "heldout")
+    ece, ece_ts, temperature, accuracy = [], [], [], []
+    for _, rows in table.groupby("seed"):
+        dev, select = rows[rows["split"] == "dev"], rows[rows["split"] == "select"]
+        probs, labels = np.stack(dev["probs"]), dev["label"].astype(int).to_numpy()
+        t = grid_temperature(np.log(np.stack(select["probs"])), select["label"].astype(int))
+        ece.append(numpy_ece(probs, labels, 15))
+        ece_ts.append(numpy_ece(softmax(np.log(probs) / t, axis=1), labels, 15))
+        temperature.append(t)
+        accuracy.append(np.mean(dev["label"] == dev["pred"]))
+    assert (row["head"], row["seeds"]) == ("linear", "2")
+    assert float(row["ECE (%)"]) == pytest.approx(100 * np.mean(ece), abs=0.051)
+    assert float(row["ECE after TS (%)"]) == pytest.approx(100 * np.mean(ece_ts), abs=0.051)
+    assert float(row["acc. (%)"]) == pytest.approx(100 * np.mean(accuracy), abs=0.051)
+    assert float(row["T"]) == pytest.approx(np.mean(temperature), abs=0.0051)
+    (row,), _ = _shown(root, "dev")  # selection=dev: no slice, so no temperature
+    assert row["T"] == row["ECE after TS (%)"] == "–" and row["ECE (%)"] != "–"
