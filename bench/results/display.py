@@ -157,7 +157,9 @@ def verdict_frame(comparisons: pd.DataFrame) -> pd.DataFrame:
                 "A": r["head_a"],
                 "B": r["head_b"],
                 "A − B": points(r["estimate"], True),
-                "Interval": interval_text(r["low"], r["high"]) + f" ({r['shown']})",
+                "Interval": interval_text(r["low"], r["high"]) + f" ({r['shown']})"
+                if math.isfinite(r["low"])
+                else "–",
                 "Holm p": p_text(r["p_holm"]),
                 "Verdict": r["verdict"] + (f" ({r['reason']})" if r["reason"] else ""),
             }
