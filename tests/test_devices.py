@@ -1,9 +1,7 @@
-"""A setting whose heads trained on different devices is named, with which heads ran where.
+"""Budget, devices and provenance frames, against counts made here from ``cells.json`` alone.
 
-Checked on the committed ``fair_heads_gpu`` cells (MRPC frozen ``last4_concat`` on the CPU
-while the other heads trained on an H200; RTE frozen ``last4_concat`` split by seed), against
-a count made here from ``cells.json`` alone, and on small made-up records for the cases the
-committed results do not have.
+Checked on the committed experiments (``fair_heads``: one budget per setting; ``fair_heads_gpu``:
+MRPC and RTE frozen mix a CPU and an H200) and on small made-up records.
 """
 
 from __future__ import annotations
@@ -13,181 +11,183 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from bench.report import readme
-from bench.report.budget import budget_lines
-from bench.report.context import build_context
-from bench.report.devices import (
-    describe_devices,
-    device_caveat,
-    device_lines,
-    devices_by_setting,
-    mixed_settings,
-)
-from bench.report.headline import budget_parts
-from bench.report.inputs import load_inputs
-from bench.results.stats import WHOLE_SPLIT
+from bench.report.budget import adequacy_frame, budget_frame, budget_section, cell_budgets
+from bench.report.context import ReportContext
+from bench.report.devices import device_frame, devices_section, seed_ranges
+from bench.report.inputs import ReportInputs, load_inputs
+from bench.report.provenance import provenance_section
+from bench.report.style import Palette
 from conftest import ROOT
 
 RESULTS = ROOT / "results"
-GPU = RESULTS / "fair_heads_gpu"
-TITLES = {"mrpc": "MRPC", "rte": "RTE", "sst2": "SST-2", "cola": "CoLA", "stsb": "STS-B"}
+GPU, CPU = RESULTS / "fair_heads_gpu", RESULTS / "fair_heads"
 
 
 def _cells(source: Path) -> list[dict[str, Any]]:
     return json.loads((source / "cells.json").read_text(encoding="utf-8"))
 
 
-def _where(record: dict[str, Any]) -> str:
-    """Where a cell trained, from its hardware record alone."""
-    hardware = record.get("hardware") or {}
-    if hardware.get("gpu"):
-        return str(hardware["gpu"])
-    return f"CPU ({hardware['cpu_capability']})" if hardware.get("cpu_capability") else "?"
+def _context(inputs: ReportInputs) -> ReportContext:
+    return ReportContext(
+        inputs, Palette([], []), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), False
+    )
 
 
-def _record(
-    task: str, head: str, seed: int, hardware: dict | None, size: int | None = None
-) -> dict:
+def _where(record: dict[str, Any]) -> tuple[str, str, str]:
+    """Where a cell trained, from its hardware and versions records alone."""
+    hardware, versions = record.get("hardware") or {}, record.get("versions") or {}
+    device = (
+        hardware.get("gpu") or f"CPU ({hardware.get('cpu_capability', 'kernels not recorded')})"
+    )
+    return device, versions.get("torch", "–"), versions.get("transformers", "–")
+
+
+def _record(task: str, head: str, seed: int, gpu: str | None, trials: int = 6) -> dict[str, Any]:
+    space = {"frozen_head_lr": [0.001, 0.01, 0.1], "weight_decay": [0.0]}
+    cell = {"task": task, "encoder": "minilm", "head_label": head, "freeze_label": "frozen"}
     return {
-        "cell": {
-            "task": task,
-            "encoder": "minilm",
-            "head_label": head,
-            "freeze_label": "frozen",
-            "seed": seed,
-            "train_size": size,
-        },
+        "cell": cell | {"seed": seed},
         "status": "ok",
-        "hardware": hardware,
+        "hardware": {"gpu": gpu, "cpu_capability": "AVX2"},
+        "config": {
+            "freeze": {"name": "frozen"},
+            "search": {"name": "random", "trials": trials, "space": {"frozen": space}},
+            "trainer": {"max_epochs": 3},
+            "data": {"train_size": 500},
+            "selection": {"name": "heldout", "size": 200},
+        },
+        "search": {"selected_config": {"frozen_head_lr": 0.1}, "train_time_s": 60.0},
+        "selection": {"best_epoch": seed % 3},
     }
 
 
-H200 = {"gpu": "NVIDIA H200", "cpu_capability": "AVX512"}
-CPU = {"gpu": None, "cpu_capability": "AVX2"}
+def test_seed_ranges():
+    assert seed_ranges([3, 1, 2, 7, 9, 8, None]) == "1-3,7-9"
+    assert seed_ranges([5]) == "5" and seed_ranges([]) == ""
+
+
+@pytest.mark.skipif(not (CPU / "cells.json").is_file(), reason="fair_heads not committed")
+def test_the_adequacy_of_every_search_against_its_grid_and_epochs():
+    cells = _cells(CPU)
+    edge, last = defaultdict(set), defaultdict(int)
+    for c in cells:
+        family = "frozen" if c["config"]["freeze"]["name"] == "frozen" else "finetune"
+        grid = c["config"]["search"]["space"][family]
+        key = "frozen_head_lr" if family == "frozen" else "encoder_lr"
+        chosen = c["search"]["selected_config"][key]
+        where = (c["cell"]["task"], c["cell"]["freeze_label"], c["cell"]["head_label"])
+        edge[where].add(chosen in (min(grid[key]), max(grid[key])))
+        last[where] += c["selection"]["best_epoch"] == c["config"]["trainer"]["max_epochs"] - 1
+    adequacy = adequacy_frame(cell_budgets(cells))
+    found = adequacy.set_index(["task", "freeze_label", "head_label"])
+    assert len(found) == len(edge)
+    for where, flags in edge.items():
+        assert found.loc[where, "at_edge"] == any(flags)
+        assert found.loc[where, "last_epoch"] == last[where]
+    assert adequacy["runs"].sum() == len(cells)
+
+
+@pytest.mark.skipif(not (CPU / "cells.json").is_file(), reason="fair_heads not committed")
+def test_every_setting_gave_its_heads_one_budget_and_its_tuning_time_counts_each_head_once():
+    cells = _cells(CPU)
+    frame = budget_frame(cell_budgets(cells)).set_index(["task", "freeze_label"])
+    assert not frame.index.duplicated().any()  # one budget per setting: fair
+    minutes: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for c in cells:
+        key = (c["cell"]["task"], c["cell"]["freeze_label"])
+        minutes[key][c["cell"]["head_label"]] = c["search"]["train_time_s"] / 60
+        assert frame.loc[key, "trials"] == c["config"]["search"]["trials"]
+        assert frame.loc[key, "max_epochs"] == c["config"]["trainer"]["max_epochs"]
+    for key, heads in minutes.items():
+        assert frame.loc[key, "tuning_min"] == pytest.approx(sum(heads.values()))
+        assert frame.loc[key, "heads"] == ", ".join(sorted(heads))
+
+
+def test_unequal_budgets_are_two_rows_of_one_setting_and_the_section_counts_them():
+    cells = [_record("rte", "linear", s, None) for s in (1, 2)]
+    cells += [_record("rte", "bilstm", s, None, trials=2) for s in (1, 2)]
+    frame = budget_frame(cell_budgets(cells))
+    assert sorted(frame["trials"]) == [2, 6] and set(frame["heads"]) == {"linear", "bilstm"}
+    inputs = ReportInputs("t", pd.DataFrame(), pd.DataFrame(), cells, {})
+    section = budget_section(_context(inputs))
+    assert section is not None and "1 settings; 1 gave their heads unequal budgets" in section.body
+    last = sum(c["selection"]["best_epoch"] == 2 for c in cells)  # of 3 epochs, from 0
+    assert f"{last} of 4 runs selected their last" in section.body
+    assert "2 of 2 heads selected a learning rate at its grid" in section.body  # 0.1: the top
+    assert (
+        budget_section(_context(ReportInputs("t", pd.DataFrame(), pd.DataFrame(), [], {}))) is None
+    )
 
 
 @pytest.mark.skipif(not (GPU / "cells.json").is_file(), reason="fair_heads_gpu not committed")
-def test_the_committed_gpu_experiment_names_exactly_its_mixed_settings():
-    cells = _cells(GPU)
-    by_setting: dict[tuple, dict[str, dict[str, set[int]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(set))
-    )
-    for record in cells:
-        cell = record["cell"]
-        key = (cell["task"], cell["freeze_label"])
-        by_setting[key][cell["head_label"]][_where(record)].add(cell["seed"])
-    mixed = {
-        key
-        for key, heads in by_setting.items()
-        if len({d for by in heads.values() for d in by}) > 1
-    }
+def test_the_gpu_experiment_lists_exactly_its_mixed_settings_head_by_head():
+    cells = [c for c in _cells(GPU) if c.get("status", "ok") == "ok"]
+    where: dict[tuple, dict[tuple, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for c in cells:
+        key = (c["cell"]["task"], c["cell"]["freeze_label"])
+        where[key][(c["cell"]["head_label"], *_where(c))].add(c["cell"]["seed"])
+    mixed = {k for k, by in where.items() if len({w[1:] for w in by}) > 1}
     assert mixed == {("mrpc", "frozen"), ("rte", "frozen")}  # what the audit found
-    lines = device_lines(cells)
-    assert [line.split(":", 1)[0] for line in lines] == [
-        f"{TITLES[t]} {f}" for t, f in sorted(mixed)
-    ]
-    mrpc = by_setting[("mrpc", "frozen")]
-    assert mrpc["last4_concat"] == {"CPU (AVX512)": set(range(1, 11))}
-    assert all(set(by) == {"NVIDIA H200"} for h, by in mrpc.items() if h != "last4_concat")
-
-    def ran(key: tuple[str, str], library: str) -> str:
-        found = {
-            r["versions"][library]
-            for r in cells
-            if (r["cell"]["task"], r["cell"]["freeze_label"]) == key
-        }
-        return " and ".join(sorted(found))
-
-    # the CPU cells ran other library versions than the H200's: the line says which
-    assert " and " in ran(("mrpc", "frozen"), "torch")
-    also = {
-        key: f" (torch {ran(key, 'torch')}, transformers {ran(key, 'transformers')}"
-        + " among its cells)"
-        for key in mixed
-    }
-    assert lines[0] == (
-        "MRPC frozen: last4_concat on CPU (AVX512), the other heads on NVIDIA H200"
-        + also[("mrpc", "frozen")]
-    )
-    rte = by_setting[("rte", "frozen")]["last4_concat"]
-    assert rte == {"NVIDIA H200": {1, 2, 3, 4, 5}, "CPU (AVX512)": {6, 7, 8, 9, 10}}
-    assert lines[1] == (
-        "RTE frozen: last4_concat seeds 1-5 on NVIDIA H200 and 6-10 on CPU (AVX512), "
-        "the other heads on NVIDIA H200" + also[("rte", "frozen")]
-    )
-    caveat = device_caveat(cells, code=True)
-    assert caveat is not None and "in these 2 settings" in caveat
-    assert "MRPC frozen: `last4_concat` on CPU (AVX512), the other heads on NVIDIA H200" in caveat
-
-
-@pytest.mark.skipif(not (GPU / "cells.json").is_file(), reason="fair_heads_gpu not committed")
-def test_the_results_readme_and_the_report_carry_the_device_caveat():
-    cells = _cells(GPU)
-    caveat = device_caveat(cells)
-    assert caveat is not None
-    assert not any("device" in line for line in budget_lines(cells))  # a caveat, not a budget
-    text = readme.experiment_readme(GPU)
-    caveats = text.split("**Caveats.**", 1)[1].split("## Verdict", 1)[0]
-    assert caveat in caveats  # among the README's caveats, above its verdict
-    parts = budget_parts(build_context(load_inputs(GPU)))
-    assert any(caveat.replace("'", "&#x27;") in part and "warning" in part for part in parts)
+    frame = device_frame(cells).set_index(["task", "freeze_label", "head_label", "device"])
+    for key, by in where.items():
+        for (head, device, torch, transformers), seeds in by.items():
+            r = frame.loc[(*key, head, device)]
+            assert (r["torch"], r["transformers"]) == (torch, transformers)
+            assert (r["runs"], r["seeds"]) == (len(seeds), seed_ranges(seeds))
+    assert frame.loc[("rte", "frozen", "last4_concat", "NVIDIA H200"), "seeds"] == "1-5"
+    inputs = ReportInputs("t", pd.DataFrame(), pd.DataFrame(), cells, {})
+    section = devices_section(_context(inputs))
+    assert section is not None
+    rows = sum(len(by) for k, by in where.items() if k in mixed)
+    assert section.body.count("<tr>") == rows + 1  # the header and one row per head and device
+    assert f"{len(mixed)} of {len(where)} settings" in section.body
 
 
 @pytest.mark.parametrize("name", ["curves_sst2_rte", "fair_heads", "fair_table7_probe"])
-def test_settings_that_share_a_device_are_not_named(name):
-    source = RESULTS / name
-    if not (source / "cells.json").is_file():
+def test_experiments_run_on_one_device_with_one_set_of_versions_have_no_devices_section(name):
+    if not (RESULTS / name / "cells.json").is_file():
         pytest.skip(f"{name} not committed")
-    cells = _cells(source)
-    assert device_lines(cells) == [] and device_caveat(cells) is None
-    assert not any("device" in line for line in budget_lines(cells))
+    cells = _cells(RESULTS / name)
+    places = {_where(c) for c in cells if c.get("status", "ok") == "ok"}
+    inputs = ReportInputs("t", pd.DataFrame(), pd.DataFrame(), cells, {})
+    assert (devices_section(_context(inputs)) is None) == (len(places) == 1)
 
 
-def test_a_setting_split_the_same_way_for_every_head_says_every_head():
-    cells = [
-        _record("sst2", head, seed, H200 if seed <= 2 else CPU)
-        for head in ("linear", "bilstm")
-        for seed in (1, 2, 3)
-    ]
-    assert device_lines(cells) == [
-        "SST-2 frozen: every head: seeds 1,2 on NVIDIA H200 and 3 on CPU (AVX2)"
-    ]
+def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(config, dict) and config:
+        return {
+            k: v
+            for key, value in config.items()
+            for k, v in _flatten(value, f"{prefix}{key}.").items()
+        }
+    return {prefix.rstrip("."): json.dumps(config, sort_keys=True)}
 
 
-def test_cells_without_a_device_record_are_said_so_and_failed_cells_do_not_count():
-    cells = [_record("rte", "linear", s, H200) for s in (1, 2)]
-    cells += [_record("rte", "bilstm", s, None) for s in (1, 2)]
-    failed = _record("sst2", "linear", 1, CPU)
-    cells += [{**failed, "status": "error"}, _record("sst2", "bilstm", 1, H200)]
-    assert device_lines(cells, code=True) == [
-        "RTE frozen: `bilstm` with no device recorded, `linear` on NVIDIA H200"
-    ]
-    assert set(devices_by_setting(cells)[("sst2", "minilm", "frozen", WHOLE_SPLIT)]) == {"bilstm"}
+@pytest.mark.skipif(not (CPU / "cells.json").is_file(), reason="fair_heads not committed")
+def test_provenance_counts_statuses_and_splits_the_config_into_shared_and_varying_keys():
+    inputs = load_inputs(CPU)
+    body = provenance_section(_context(inputs)).body
+    flat = [_flatten(c["config"]) for c in inputs.cells]
+    keys = set().union(*flat)
+    shared = {k for k in keys if len({f.get(k) for f in flat}) == 1}
+    n = len(inputs.cells)
+    assert f"Configuration shared by all {n} cells ({len(shared)} keys)" in body
+    assert f"the {len(keys) - len(shared)} keys that vary" in body
+    runs = inputs.table.drop_duplicates(subset=["run_dir"])
+    for status, count in runs["status"].value_counts().items():
+        assert f">{status}<" in body and f">{count}<" in body
 
 
-def test_versions_are_named_only_where_they_differ_within_a_mixed_setting():
-    same = {"torch": "2.13.0", "transformers": "5.24.0"}
-    cells = [
-        {**_record("rte", "linear", 1, H200), "versions": same},
-        {**_record("rte", "bilstm", 1, CPU), "versions": same},
-        {**_record("sst2", "linear", 1, H200), "versions": {**same, "torch": "2.11.0"}},
-        {**_record("sst2", "bilstm", 1, CPU), "versions": same},
-    ]
-    assert device_lines(cells) == [
-        "RTE frozen: bilstm on CPU (AVX2), linear on NVIDIA H200",
-        "SST-2 frozen: bilstm on CPU (AVX2), linear on NVIDIA H200 "
-        "(torch 2.11.0 and 2.13.0 among its cells)",
-    ]
-
-
-def test_a_learning_curve_names_the_size_of_its_mixed_setting():
-    cells = [_record("sst2", h, 1, H200, size) for h in ("linear", "bilstm") for size in (100, 400)]
-    cells.append(_record("sst2", "mean_linear", 1, CPU, 400))
-    cells.append(_record("sst2", "mean_linear", 1, H200, 100))
-    (mixed,) = mixed_settings(cells)
-    assert mixed.name == "SST-2 frozen, 400 examples"
-    assert (
-        describe_devices(mixed.heads) == "mean_linear on CPU (AVX2), the other heads on NVIDIA H200"
-    )
+@pytest.mark.skipif(not (CPU / "cells.json").is_file(), reason="fair_heads not committed")
+def test_the_budget_shows_the_selection_size_each_cell_recorded():
+    cells = _cells(CPU)
+    sizes: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for c in cells:
+        sizes[(c["cell"]["task"], c["cell"]["freeze_label"])].add(int(c["selection"]["size"]))
+    assert set().union(*sizes.values()) == {490, 500}  # RTE's training subset leaves 490
+    frame = budget_frame(cell_budgets(cells)).set_index(["task", "freeze_label"])
+    for key, (size,) in sizes.items():
+        assert frame.loc[key, "selection"] == f"held out ({size})"

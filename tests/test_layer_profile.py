@@ -1,24 +1,20 @@
-"""The per-layer probe's profile and its README paragraph, against NumPy and scipy."""
+"""The per-layer profile: means from the scores frame, steps and verdicts from the comparisons
+frame (read in the right direction), the geometry beside them, the figure and the section."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as sps
-from test_tables import _cell
 
-from bench.report.context import build_context
+from bench.report.context import ReportContext
 from bench.report.inputs import ReportInputs
-from bench.report.layer_profile import profile_section, profile_sentence
-from bench.report.sections import layer_section
-from bench.results import stats
-from bench.results.layer_profile import last_layer_drop, profile_rows
-from bench.results.references import load_references
-from bench.results.table7_agreement import paper_last_gap
-from conftest import ROOT, holm_reference
+from bench.report.layer_profile import layer_section, profile_figure, profile_view
+from bench.report.style import Palette
+from bench.results import frames, stats
+from bench.results.layer_profile import profile_rows
+from bench.results.predictions import predictions_table
+from conftest import ROOT
 
 #: Made-up per-seed dev F1 of a linear probe on layers 0..3: layer 2 peaks, 3 falls.
 F1 = {
@@ -29,158 +25,146 @@ F1 = {
 }
 
 
-def _table(f1: dict[int, list[float]]) -> pd.DataFrame:
-    rows = []
-    for layer, values in f1.items():
-        for seed, value in enumerate(values, start=1):
-            rows += _cell(
-                "conll2003",
-                "minilm",
-                f"linear-L{layer}",
-                "frozen",
-                seed,
-                {"f1": value},
-                head="linear",
-                layers=str(layer),
-                main="f1",
-            )
-    return pd.DataFrame(rows)
+def _table(f1: dict, head: str = "linear", constant: float = 0.4) -> pd.DataFrame:
+    rows = [
+        {
+            "task": "conll2003",
+            "encoder": "minilm",
+            "head": head,
+            "head_label": f"{head}-L{layer}",
+            "layers": str(layer),
+            "freeze": "frozen",
+            "freeze_label": "frozen",
+            "seed": seed,
+            "status": "ok",
+            "main_metric": "f1",
+            "split": "dev",
+            "metric": "f1",
+            "value": value,
+            "best_constant": constant,
+        }
+        for layer, values in f1.items()
+        for seed, value in enumerate(values, start=1)
+    ]
+    return stats.normalize_table(pd.DataFrame(rows))
 
 
-def _geometry(shares: list[float]) -> dict[str, object]:
+def _context(table: pd.DataFrame, geometry: dict | None = None) -> ReportContext:
+    scores, comparisons = frames.build(stats.run_values(table), predictions_table([]))
+    inputs = ReportInputs("t", table, pd.DataFrame(), [], {}, geometry=geometry)
+    return ReportContext(inputs, Palette([], []), pd.DataFrame(), scores, comparisons, False)
+
+
+def _geometry(encoder: str = "minilm") -> dict:
     return {
+        "task": "conll2003",
+        "encoder": {"name": encoder},
         "words": 1234,
-        "sentences": 50,
         "layers": {
-            str(j): {"sentence_share": s, "word_to_sentence_cos": 0.5, "anisotropy": 0.1 * j}
-            for j, s in enumerate(shares)
+            str(j): {"sentence_share": 0.1 * j, "word_to_sentence_cos": 0.5, "anisotropy": 0.01 * j}
+            for j in F1
         },
     }
 
 
-def test_profile_rows_are_the_seed_means_with_student_t_intervals():
-    rows = profile_rows(_table(F1)).set_index("layer")
+def _stored(comparisons: pd.DataFrame, a: str, b: str) -> tuple[float, float, float, str]:
+    """The comparison of a and b as a − b, read off whichever way the frame stored it."""
+    (r,) = [r for _, r in comparisons.iterrows() if {r["head_a"], r["head_b"]} == {a, b}]
+    if r["head_a"] == a:
+        return r["estimate"], r["low"], r["high"], r["verdict"]
+    flip = {"better": "worse", "worse": "better"}
+    return -r["estimate"], -r["high"], -r["low"], flip.get(r["verdict"], r["verdict"])
+
+
+def test_the_profile_is_the_scores_means_with_steps_from_the_comparisons():
+    ctx = _context(_table(F1))
+    profile = profile_rows(ctx.inputs.table, ctx.scores, ctx.comparisons).set_index("layer")
+    means = {k: np.mean(v) for k, v in F1.items()}
+    best = max(means, key=means.__getitem__)
+    assert best == 2 and list(profile.index) == [0, 1, 2, 3]
     for layer, values in F1.items():
-        x = 100 * np.array(values)
-        low, high = sps.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=sps.sem(x))
-        assert rows.loc[layer, "mean"] == pytest.approx(x.mean())
-        assert rows.loc[layer, ["t_low", "t_high"]].tolist() == pytest.approx([low, high])
-        assert rows.loc[layer, "n"] == len(x)
+        r = profile.loc[layer]
+        assert (r["mean"], r["n"]) == (pytest.approx(means[layer]), len(values))
+        label = f"linear-L{layer}"
+        if layer:
+            step = np.mean(np.subtract(values, F1[layer - 1]))
+            estimate, low, high, verdict = _stored(ctx.comparisons, label, f"linear-L{layer - 1}")
+            assert r["step"] == pytest.approx(step) == pytest.approx(estimate)
+            assert (r["step_low"], r["step_high"], r["step_verdict"]) == (low, high, verdict)
+        else:
+            assert np.isnan(r["step"])
+        vs = "best" if layer == best else _stored(ctx.comparisons, label, "linear-L2")[3]
+        assert r["vs_best"] == vs
+    assert profile.loc[3, "step"] < 0 and profile.loc[3, "step_verdict"] == "worse"
 
 
-def test_last_layer_drop_is_a_paired_t_test_against_the_layer_before():
-    drop = last_layer_drop(_table(F1)).iloc[0]
-    last, before = np.array(F1[3]), np.array(F1[2])
-    res = sps.ttest_rel(last, before)
-    assert drop["peak"] == 2 and drop["last"] == 3 and drop["n"] == 4
-    assert drop["drop"] == pytest.approx(100 * (last - before).mean())
-    assert drop["p"] == pytest.approx(res.pvalue)
-    ci = res.confidence_interval(0.95)
-    assert [drop["low"], drop["high"]] == pytest.approx([100 * ci.low, 100 * ci.high])
+def test_no_profile_without_two_single_layers():
+    one = _context(_table({3: F1[3]}))
+    assert profile_rows(one.inputs.table, one.scores, one.comparisons).empty
+    ctx = _context(_table(F1))
+    named = ctx.inputs.table.assign(layers="last")  # a named selection, not a layer index
+    assert profile_rows(named, ctx.scores, ctx.comparisons).empty
 
 
-def test_the_paper_drop_comes_from_references_csv():
-    refs = load_references()
-    paper = refs[(refs.task == "conll2003") & (refs.split == "dev")].set_index("setting")
-    expected = paper.loc["last", "value"] - paper.loc["second_to_last", "value"]
-    assert paper_last_gap(refs) == pytest.approx(float(expected))
-    assert np.isnan(paper_last_gap(refs[refs.task != "conll2003"]))
+def test_the_geometry_sits_beside_the_layers_of_its_own_encoder():
+    ctx = _context(_table(F1))
+    profile = profile_rows(ctx.inputs.table, ctx.scores, ctx.comparisons)
+    view = profile_view(profile, _geometry()).set_index("layer")
+    for layer in F1:
+        assert view.loc[layer, "sentence_share"] == pytest.approx(0.1 * layer)
+        assert view.loc[layer, "anisotropy"] == pytest.approx(0.01 * layer)
+    assert "sentence_share" not in profile_view(profile, _geometry("mpnet"))
+    assert "sentence_share" not in profile_view(profile, None)
 
 
-def test_the_paragraph_says_both_point_the_same_way_only_when_they_do():
-    refs = load_references()
-    table = _table(F1)
-    pulled = profile_sentence(table, refs, _geometry([0.1, 0.12, 0.15, 0.3]))
-    assert pulled is not None
-    assert "reads best at layer 2" in pulled and "Both point the same way" in pulled
-    assert f"{100 * (np.mean(F1[2]) - np.mean(F1[3])):.1f} points below layer 2" in pulled
-    assert "0.30 at the last layer against at most 0.15" in pulled
-    not_pulled = profile_sentence(table, refs, _geometry([0.1, 0.4, 0.15, 0.3]))
-    assert not_pulled is not None and "do not point the same way" in not_pulled
-    flat = {**F1, 3: F1[2]}  # no drop at the last layer
-    no_drop = profile_sentence(_table(flat), refs, _geometry([0.1, 0.12, 0.15, 0.3]))
-    assert no_drop is not None and "do not point the same way" in no_drop
+def test_the_figure_shows_every_interval_the_best_constant_and_a_clipped_end():
+    ctx = _context(_table(F1, constant=0.4))
+    profile = profile_rows(ctx.inputs.table, ctx.scores, ctx.comparisons)
+    profile.loc[profile["layer"] == 2, ["high", "clipped"]] = [1.0, True]
+    ax = profile_figure(profile).axes[0]
+    line = ax.lines[0]  # the errorbar's line: the means ×100
+    assert list(line.get_ydata()) == pytest.approx([100 * np.mean(v) for v in F1.values()])
+    flat = [ln for ln in ax.lines if len(set(ln.get_ydata())) == 1 and ln.get_linestyle() == "--"]
+    assert flat and flat[0].get_ydata()[0] == pytest.approx(40.0)  # the best constant
+    assert any(ln.get_marker() == "^" and ln.get_ydata()[0] == 100.0 for ln in ax.lines)
+    assert ax.get_ylim()[0] > 0  # 0 is not in range: the axis does not start there
 
 
-def test_the_section_has_one_row_per_layer_and_nothing_without_a_probe():
-    refs = load_references()
-    section = profile_section(_table(F1), refs, _geometry([0.1, 0.12, 0.15, 0.3]))
-    rows = [line for line in section.splitlines() if line.startswith("| minilm")]
-    assert len(rows) == len(F1) and "0 (embeddings)" in rows[0] and "0.300" in rows[-1]
-    assert "No geometry.json" in profile_section(_table(F1), refs, None)
-    bilstm = _table(F1).assign(head="bilstm")
-    assert profile_section(bilstm, refs, None) == ""
-
-
-def test_the_report_layer_section_shows_the_profile_and_the_geometry():
-    table = stats.normalize_table(_table(F1))
-    inputs = ReportInputs(source="probe", table=table, history=pd.DataFrame(), cells=[], launch={})
-    plain = layer_section(build_context(inputs)).body
-    assert "Layer profile" in plain and "Sentence share" not in plain
-    inputs.geometry = _geometry([0.1, 0.12, 0.15, 0.3])
-    body = layer_section(build_context(inputs)).body
-    assert "Both point the same way" in body and "0.300" in body and "Sentence share" in body
-
-
-#: Layer 1 close behind layer 2 (not significant after Holm), the others far below.
-CLOSE = {**F1, 1: [0.655, 0.652, 0.668, 0.662]}
-
-
-def test_a_best_layer_not_significantly_ahead_of_another_is_named_as_a_tie():
-    refs = load_references()
-    text = profile_sentence(_table(CLOSE), refs, None)
-    assert text is not None
-    # independently: layer 2 against each other layer, paired t-test, Holm over the three
-    peak = np.array(CLOSE[2])
-    tests = {k: sps.ttest_rel(peak, v) for k, v in CLOSE.items() if k != 2}
-    holm = dict(
-        zip(tests, holm_reference(np.array([t.pvalue for t in tests.values()])), strict=True)
-    )
-    assert holm[1] >= 0.05 and holm[0] < 0.05 and holm[3] < 0.05
-    assert "reads best at layers 2 and 1, a tie" in text
-    gap = 100 * (peak - np.array(CLOSE[1])).mean()
-    assert f"layer 1 reading {gap:.1f} points below layer 2" in text
-    assert f"p = {holm[1]:.2g}" in text
-    sim = tests[1].confidence_interval(1 - 0.05 / 3)
-    assert f"Bonferroni: {100 * sim.low:.1f} to {100 * sim.high:.1f}" in text
-    assert "every other layer reads significantly below layer 2" in text
-    # where every other layer is significantly below, one layer is named
-    clear = profile_sentence(_table(F1), refs, None)
-    assert clear is not None and "reads best at layer 2 (66.0 dev F1; every other" in clear
-    assert "a tie" not in clear
-
-
-def test_with_one_seed_the_best_layer_is_not_told_apart_from_the_others():
-    one = {layer: values[:1] for layer, values in F1.items()}
-    text = profile_sentence(_table(one), load_references(), None)
-    assert text is not None and "a tie" not in text
-    assert "reads best at layer 2 (66.0 dev F1); with too few paired seeds for a test" in text
-    assert "within what one run can tell apart" in text
-    assert "layer 1 (60.0)" in text
+def test_the_section_shows_the_profile_and_is_absent_without_a_layer_sweep():
+    section = layer_section(_context(_table(F1), _geometry()))
+    assert section is not None and section.body.count("<figure>") == 1
+    for values in F1.values():
+        assert f">{100 * np.mean(values):.1f}<" in section.body
+    flat = _table({-1: F1[2]}).assign(head_label="linear")  # one layer, no sweep
+    assert layer_section(_context(flat)) is None
 
 
 PROBE = ROOT / "results" / "fair_table7_probe"
 
 
 @pytest.mark.skipif(not (PROBE / "results.csv").is_file(), reason="probe not run")
-def test_the_committed_probe_reads_best_at_a_tie_of_layers_3_and_4():
-    table = pd.read_csv(PROBE / "results.csv")
-    dev = table[(table.split == "dev") & (table.metric == "f1") & (table.status == "ok")]
-    wide = dev.pivot_table(index="seed", columns="layers", values="value")
-    means = wide.mean().sort_values(ascending=False)
-    peak, second = int(means.index[0]), int(means.index[1])
-    assert (peak, second) == (3, 4)
-    others = [k for k in wide.columns if int(k) != peak]
-    p = np.array([sps.ttest_rel(wide[peak], wide[k]).pvalue for k in others])
-    holm = dict(zip((int(k) for k in others), holm_reference(p), strict=True))
-    tied = sorted(k for k, v in holm.items() if v >= 0.05)
-    assert tied == [4]  # 0.1 points apart, p = 0.7: a tie, not a best layer
-    geometry = json.loads((PROBE / "geometry.json").read_text())
-    text = profile_sentence(stats.normalize_table(table), load_references(), geometry)
-    assert text is not None
-    gap = 100 * (wide[3] - wide[4]).mean()
-    assert (
-        f"reads best at layers 3 and 4, a tie: {100 * means[3]:.1f} and {100 * means[4]:.1f} "
-        f"dev F1, layer 4 reading {gap:.1f} points below layer 3"
-    ) in text
-    assert f"p = {holm[4]:.2g}" in text and "reads best at layer 3 (" not in text
+def test_the_committed_probe_peaks_where_a_pandas_count_says():
+    raw = pd.read_csv(PROBE / "results.csv")
+    dev = raw[(raw.split == "dev") & (raw.metric == "f1") & (raw.status == "ok")]
+    means = dev.groupby("layers")["value"].mean()
+    table = stats.normalize_table(raw)
+    keys = [*stats.SETTING_KEYS, "head_label"]
+    scores = stats.run_values(table).groupby(keys)["value"].agg(mean="mean", n="size")
+    scores = scores.reset_index().assign(low=np.nan, high=np.nan, metric="f1")
+    scores = scores.assign(clipped=False, best_constant=np.nan)
+    profile = profile_rows(table, scores, pd.DataFrame(columns=frames.COMPARISON_COLUMNS))
+    assert list(profile["layer"]) == sorted(int(k) for k in means.index)
+    assert profile["mean"].to_numpy() == pytest.approx(means.sort_index().to_numpy())
+    best = profile.loc[profile["vs_best"] == "best", "layer"]
+    assert list(best) == [int(means.idxmax())] == [3]
+
+
+def test_the_section_puts_table7_beside_the_papers_numbers():
+    names = ["embeddings", "second_to_last", "last", "sum_last4"]
+    f1 = {name: [0.80 + 0.01 * i, 0.81 + 0.01 * i, 0.79 + 0.01 * i] for i, name in enumerate(names)}
+    section = layer_section(_context(_table(f1, head="bilstm")))
+    assert section is not None and "<figure>" not in section.body  # no single-layer profile
+    refs = pd.read_csv(ROOT / "bench" / "results" / "references.csv").set_index("setting")
+    for name in names:
+        assert f">{refs.loc[name, 'value']:.1f}<" in section.body
+        assert f">{100 * np.mean(f1[name]):.1f}<" in section.body

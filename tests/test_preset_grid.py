@@ -1,4 +1,4 @@
-"""A results README and report say what of their experiment preset's grid has no cell yet."""
+"""Grid progress: a preset's whole grid counted against the results, setting by setting."""
 
 from __future__ import annotations
 
@@ -10,62 +10,14 @@ import pytest
 import yaml
 
 from bench.paths import config_dir
-from bench.report.context import build_context
-from bench.report.inputs import load_inputs
-from bench.report.preset_grid import (
-    grid_progress,
-    partial_sentence,
-    preset_cells,
-    preset_of,
-    progress_text,
-    swept_values,
-    unrun_text,
-    unrun_values,
-)
-from bench.report.readme import what_ran
+from bench.report.context import ReportContext
+from bench.report.inputs import ReportInputs, load_inputs
+from bench.report.preset_grid import grid_progress, grid_section, preset_cells, swept_values
+from bench.report.style import Palette
 from conftest import ROOT
 
 RESULTS = ROOT / "results"
-
-
-def test_the_newest_launchs_preset_is_read_from_its_command():
-    assert preset_of("python -m bench -m experiment=fair_heads_gpu freeze=full") == "fair_heads_gpu"
-    assert preset_of("python -m bench -m +experiment=quick seed=1") == "quick"
-    assert preset_of("python -m bench -m task=sst2 my_experiment=x") is None
-    assert preset_of("") is None
-
-
-def test_params_grids_and_ranges_are_expanded_with_hydras_grammar(tmp_path):
-    (tmp_path / "experiment").mkdir()
-    preset = tmp_path / "experiment" / "study.yaml"
-    preset.write_text(
-        yaml.safe_dump(
-            {
-                "hydra": {
-                    "sweeper": {
-                        "params": {"task": "sst2,rte", "seed": "range(1,4)", "lr": "1e-3,1e-4"},
-                        "grids": [{"head": "linear"}, {"head": "bilstm,linear", "freeze": "full"}],
-                    }
-                }
-            }
-        )
-    )
-    assert swept_values(preset) == {
-        "task": ["sst2", "rte"],
-        "head": ["linear", "bilstm"],
-        "freeze": ["full"],
-        "seed": ["1", "2", "3"],
-    }  # lr is no results axis
-    table = pd.DataFrame(
-        {"task": ["sst2", "sst2"], "head": ["linear", "linear"], "freeze": "full", "seed": [1, 2]}
-    )
-    name, missing = unrun_values(table, "python -m bench -m experiment=study", tmp_path)
-    assert name == "study"
-    assert missing == {"task": ["rte"], "head": ["bilstm"], "seed": ["3"]}
-    text = unrun_text(table, "python -m bench -m experiment=study", tmp_path)
-    assert "conf/experiment/study.yaml also sweeps task=rte; head=bilstm; seed=3" in text
-    assert unrun_values(table, "python -m bench -m experiment=absent", tmp_path) == (None, {})
-    assert unrun_text(table, "python -m bench -m task=sst2", tmp_path) == ""
+COMMAND = "python -m bench -m experiment=study task=sst2"
 
 
 def _write_preset(root, sweeper):
@@ -74,7 +26,7 @@ def _write_preset(root, sweeper):
     return root / "experiment" / "study.yaml"
 
 
-def _table(cells):
+def _table(cells, layers: str = "-1") -> pd.DataFrame:
     """A normalised-looking results table: one row per (task, head, freeze, seed, size)."""
     rows = [
         {
@@ -82,6 +34,7 @@ def _table(cells):
             "encoder": "minilm",
             "head": head,
             "head_label": "pooler-random" if head == "pooler" else head,
+            "layers": layers,
             "freeze": freeze,
             "seed": seed,
             "order_seed": -1,
@@ -92,7 +45,31 @@ def _table(cells):
     return pd.DataFrame(rows)
 
 
-def test_the_whole_grid_is_counted_and_each_setting_says_what_it_lacks(tmp_path):
+def _context(table: pd.DataFrame, command: str) -> ReportContext:
+    inputs = ReportInputs("t", table, pd.DataFrame(), [], {"command": command})
+    return ReportContext(
+        inputs, Palette([], []), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), False
+    )
+
+
+def test_params_grids_and_ranges_are_expanded_with_hydras_grammar(tmp_path):
+    preset = _write_preset(
+        tmp_path,
+        {
+            "params": {"task": "sst2,rte", "seed": "range(1,4)", "lr": "1e-3,1e-4"},
+            "grids": [{"head": "linear"}, {"head": "bilstm,linear", "freeze": "full"}],
+        },
+    )
+    swept = swept_values(preset)
+    assert {k: swept[k] for k in ("task", "head", "seed")} == {
+        "task": ["sst2", "rte"],
+        "head": ["linear", "bilstm"],
+        "seed": ["1", "2", "3"],
+    }
+    assert swept["freeze"] == ["full"] and swept["lr"] == ["0.001", "0.0001"]
+
+
+def test_the_whole_grid_is_counted_per_setting_with_the_heads_short_of_it(tmp_path):
     _write_preset(
         tmp_path,
         {
@@ -103,112 +80,84 @@ def test_the_whole_grid_is_counted_and_each_setting_says_what_it_lacks(tmp_path)
             ],
         },
     )
-    ran = [  # sst2 frozen complete at both sizes
-        ("sst2", h, "frozen", s, n)
-        for h in ("linear", "pooler", "bilstm")
-        for s in range(1, 5)
-        for n in (100, 1000)
-    ]
-    ran += [("rte", "linear", "frozen", s, 100) for s in range(1, 5)]  # rte 100: one head
+    heads, seeds = ("linear", "pooler", "bilstm"), range(1, 5)
+    ran = [("sst2", h, "frozen", s, n) for h in heads for s in seeds for n in (100, 1000)]
+    ran += [("rte", "linear", "frozen", s, 100) for s in seeds]  # rte 100: one head
     ran += [("rte", "pooler", "frozen", s, 100) for s in (1, 2)]  # ... and two seeds
     ran += [("sst2", "bilstm", "full", s, 0) for s in range(1, 4)]  # the whole split: 0
-    table = _table(ran)
-    command = "python -m bench -m experiment=study task=sst2"
-    progress = grid_progress(table, command, tmp_path)
-    assert progress is not None and progress.name == "study"
-    assert progress.total == 3 * 4 * (2 * 2 + 1)  # heads × seeds × (tasks × sizes + 1)
-    assert progress.done == len(ran) and not progress.complete
-    assert progress.missing == (
-        ("rte / frozen / 100 examples", "no bilstm cells, and pooler-random has 2 of 4 seeds"),
-        ("rte / frozen / 1,000 examples", "no cell"),
-        (
-            "sst2 / full / whole training split",
-            "no linear or pooler-random cells, and bilstm has 3 of 4 seeds",
-        ),
-    )
-    text = progress_text(progress, planned=40)
-    assert text.startswith(
-        f"{len(ran)} of the 60 cells of the preset conf/experiment/study.yaml have a result "
-        "(its launches so far planned 40); missing: rte / frozen / 100 examples: no bilstm"
-    )
-    assert "(its launches" not in progress_text(progress, planned=60)  # all of it planned
-    sentence = partial_sentence(table, command, 40, tmp_path)
-    assert sentence == f"Partial experiment: {text}."
-    unrun = unrun_text(table, command, tmp_path)
-    assert unrun.startswith(f"{60 - len(ran)} of the 60 cells of the preset ")
-    assert unrun.endswith("; the verdict below covers only what ran.")
-    # the whole grid: nothing to say
-    whole = _table(
-        [
-            (t, h, "frozen", s, n)
-            for t, h, s, n in itertools.product(
-                ("sst2", "rte"), ("linear", "pooler", "bilstm"), range(1, 5), (100, 1000)
-            )
-        ]
-        + [("sst2", h, "full", s, 0) for h in ("linear", "pooler", "bilstm") for s in range(1, 5)]
-    )
-    assert grid_progress(whole, command, tmp_path).complete
-    assert partial_sentence(whole, command, None, tmp_path) == ""
-    assert unrun_text(whole, command, tmp_path) == ""
+    progress = grid_progress(_table(ran), COMMAND, tmp_path)
+    assert progress is not None
+    planned = {
+        (t, f, n): len(heads) * len(seeds)
+        for t in ("sst2", "rte")
+        for f, n in [("frozen", 100), ("frozen", 1000)]
+    }
+    planned[("sst2", "full", 0)] = len(heads) * len(seeds)
+    done = {key: sum(1 for t, _, f, _, n in ran if (t, f, n) == key) for key in planned}
+    found = progress.set_index(["task", "freeze", "train_size"])
+    found.index = [(t, f, int(n)) for t, f, n in found.index]
+    assert found["planned"].to_dict() == planned and found["done"].to_dict() == done
+    assert found.loc[[("rte", "frozen", 100)], "short"].item() == "pooler-random 2/4, bilstm 0/4"
+    assert found.loc[[("sst2", "frozen", 100)], "short"].item() == ""
+    assert set(progress["experiment"]) == {"study"}
 
 
-def test_a_preset_whose_cells_the_table_cannot_tell_apart_falls_back_to_its_values(tmp_path):
-    preset = _write_preset(
-        tmp_path, {"params": {"head": "linear", "head.layers": "[0],[1]", "seed": "1,2"}}
+def test_a_layer_sweep_is_matched_by_its_layer_labels(tmp_path):
+    _write_preset(tmp_path, {"params": {"head": "linear", "head.layers": "[0],[1]", "seed": "1,2"}})
+    table = pd.concat(
+        [_table([("sst2", "linear", "frozen", s, 0)], str(j)) for j in (0, 1) for s in (1, 2)]
     )
-    assert preset_cells(preset) is None  # two layer selections look alike in the table
-    table = _table([("sst2", "linear", "frozen", 1, 0)])
-    command = "python -m bench -m experiment=study"
-    assert grid_progress(table, command, tmp_path) is None
-    assert partial_sentence(table, command, None, tmp_path) == ""
-    assert "also sweeps seed=2, with no cell yet" in unrun_text(table, command, tmp_path)
+    table = table[~((table["layers"] == "1") & (table["seed"] == 2))]  # layer 1 lacks seed 2
+    table["head_label"] = "linear-L" + table["layers"]
+    progress = grid_progress(table, COMMAND, tmp_path)
+    assert progress is not None and (progress["planned"].sum(), progress["done"].sum()) == (4, 3)
+    assert progress["short"].item() == "linear-L1 1/2"
+    _write_preset(tmp_path, {"params": {"seed": "1,2"}})  # no head swept: seeds alone
+    progress = grid_progress(table[table["layers"] == "1"], COMMAND, tmp_path)
+    assert progress is not None and progress[["planned", "done", "short"]].values.tolist() == [
+        [2, 1, "1/2"]
+    ]
+
+
+def test_presets_that_cannot_be_matched_give_no_progress(tmp_path):
+    interval = _write_preset(tmp_path, {"params": {"optim.lr": "interval(0.1,1)", "seed": "1"}})
+    assert preset_cells(interval) is None
+    combined = _write_preset(tmp_path, {"params": {"head.layers": "[-4,-3,-2,-1]", "seed": "1"}})
+    assert preset_cells(combined) is None  # several layers: the table also needs the combine
+    assert grid_progress(_table([]), "python -m bench -m task=sst2", tmp_path) is None  # no preset
+
+
+def _inputs_and_grid(name: str):
+    inputs = load_inputs(RESULTS / name)
+    sweep = yaml.safe_load((config_dir() / "experiment" / f"{name}.yaml").read_text())
+    return inputs, sweep["hydra"]["sweeper"]["params"]
 
 
 @pytest.mark.skipif(not (RESULTS / "fair_heads_gpu" / "results.csv").is_file(), reason="not run")
-def test_fair_heads_gpu_is_reported_against_its_presets_whole_grid():
-    """The denominator is the preset's grid, not what the launches so far planned."""
-    inputs = load_inputs(RESULTS / "fair_heads_gpu")
-    table, command = inputs.table, str(inputs.launch["command"])
-    sweep = yaml.safe_load((config_dir() / "experiment" / "fair_heads_gpu.yaml").read_text())
-    params = sweep["hydra"]["sweeper"]["params"]
+def test_fair_heads_gpu_is_counted_against_its_presets_whole_grid():
+    inputs, params = _inputs_and_grid("fair_heads_gpu")
     tasks, freezes, heads = (str(params[k]).split(",") for k in ("task", "freeze", "head"))
     low, high = map(int, re.fullmatch(r"range\((\d+),(\d+)\)", params["seed"]).groups())
     grid = set(itertools.product(tasks, freezes, heads, map(str, range(low, high))))
-    ran = {
-        (t, f, h, str(s))
-        for t, f, h, s in table[["task", "freeze", "head", "seed"]].itertuples(index=False)
-    }
-    planned = len(inputs.launch["planned"])
+    table = inputs.table
+    ran = {(t, f, h, str(s)) for t, f, h, s in table[["task", "freeze", "head", "seed"]].values}
+    command = str(inputs.launch["command"])
     progress = grid_progress(table, command)
     assert progress is not None
-    assert (progress.total, progress.done) == (len(grid), len(grid & ran))
-    # every (task, freezing) setting that lacks a head or a seed is named, and no other
-    lacking = {
-        f"{t} / {f}"
-        for t, f in itertools.product(tasks, freezes)
-        if any(
-            (t, f, h, s) not in ran for h, s in itertools.product(heads, map(str, range(low, high)))
-        )
-    }
-    assert {label for label, _ in progress.missing} == lacking
-    if progress.complete:
-        return
-    # the README's "What ran" and the report's warning count against the preset's grid
-    text = what_ran(build_context(inputs))
-    assert f"**Partial experiment**: {progress_text(progress, planned)}" in text
-    assert f"of the {planned} cells its launches planned" not in text
-    if planned < len(grid):
-        assert f"of the {len(grid)} cells of the preset" in text
-        assert f"its launches so far planned {planned}" in text
-    assert f"of the {len(grid)} cells of the preset" in unrun_text(table, command)
+    assert (progress["planned"].sum(), progress["done"].sum()) == (len(grid), len(grid & ran))
+    for _, r in progress.iterrows():
+        cells = {c for c in grid if c[:2] == (r["task"], r["freeze"])}
+        assert (r["planned"], r["done"]) == (len(cells), len(cells & ran))
+    section = grid_section(_context(table, command))
+    assert (section is None) == (grid <= ran)
 
 
 @pytest.mark.skipif(not (RESULTS / "fair_heads" / "results.csv").is_file(), reason="not run")
-def test_a_finished_preset_is_not_called_partial():
+def test_a_finished_preset_has_no_progress_section():
     inputs = load_inputs(RESULTS / "fair_heads")
     progress = grid_progress(inputs.table, str(inputs.launch["command"]))
-    assert progress is not None and progress.complete
-    assert "Partial" not in what_ran(build_context(inputs))
+    assert progress is not None and (progress["done"] == progress["planned"]).all()
+    assert grid_section(_context(inputs.table, str(inputs.launch["command"]))) is None
 
 
 def test_the_docs_list_every_experiment_preset():

@@ -1,340 +1,299 @@
-"""Paper-style tables: stored Markdown, LaTeX structure, HTML escaping, the CLI, references."""
+"""Paper-style tables: every number recomputed from the runs (pandas, SciPy, statsmodels),
+the stored frames shown as they are, the three files, escaping, the command line."""
 
 from __future__ import annotations
 
-import os
+import json
+import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.stats
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
 
-from bench.results import render, stats, tables
+from bench.results import display, frames, stats, tables
 from bench.results.references import load_references, lookup
 
-EXPECTED = Path(__file__).parent / "expected"
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-REGENERATE = os.environ.get("HEADBENCH_REGENERATE_EXPECTED") == "1"  # then review the diff
+ACC, F1 = {"accuracy": 0.5}, {"f1": 0.3}
+#: (task, encoder, head_label, freeze, layers) -> dev values per seed (None: the run diverged).
+RUNS: dict[tuple[str, str, str, str, str | None], list[float | None]] = {
+    ("sst2", "minilm", "linear", "frozen", None): [0.70, 0.72, 0.71],
+    ("sst2", "minilm", "pooler-random", "frozen", None): [0.69, 0.50, 0.70],
+    ("sst2", "minilm", "bilstm", "frozen", None): [0.76, 0.78, 0.75],
+    ("sst2", "minilm", "linear", "full", None): [0.80, 0.83, 0.81],
+    ("sst2", "minilm", "pooler-random", "full", None): [0.83, 0.85, None],
+    ("stsb", "minilm", "linear", "full", None): [0.85, 0.86, 0.84],
+    ("mrpc", "minilm", "linear", "full", None): [0.81, 0.84, 0.82],
+    ("mrpc", "roberta_base", "pooler-random", "full", None): [0.91, 0.92, 0.90],
+    ("conll2003", "minilm", "bilstm-embeddings", "frozen", "embeddings"): [0.80, 0.82, 0.79],
+    ("conll2003", "minilm", "bilstm-second_to_last", "frozen", "second_to_last"): [
+        0.905,
+        0.91,
+        0.90,
+    ],
+    ("conll2003", "minilm", "bilstm-last", "frozen", "last"): [0.90, 0.92, 0.905],
+    ("conll2003", "minilm", "bilstm-concat_last4", "frozen", "concat_last4"): [0.915, 0.93, 0.92],
+}
+MAIN = {"sst2": "accuracy", "stsb": "pearson", "mrpc": "f1", "conll2003": "f1"}
+REFS = load_references()
+BASELINE = {"sst2": ACC, "mrpc": F1, "conll2003": F1, "stsb": {}}
 
 
-def _cell(
-    task,
-    encoder,
-    head_label,
-    freeze,
-    seed,
-    metrics,
-    *,
-    head=None,
-    layers=None,
-    main,
-    baseline=None,
-    status="ok",
-    splits=("dev",),
-):
-    base = {
-        "task": task,
-        "encoder": encoder,
-        "head": head or head_label.split("-")[0],
-        "head_label": head_label,
-        "layers": layers,
-        "freeze": freeze,
-        "freeze_label": freeze,
-        "seed": seed,
-        "status": status,
-        "main_metric": main,
-        "best_epoch": 1,
-        "trainable_params": 1000,
-        "train_time_s": 1.0,
-        "reason": None if status == "ok" else "x",
-        "run_dir": f"runs/{task}/{encoder}/{head_label}/{freeze}/seed={seed}",
-    }
-    if status != "ok":
-        return [{**base, "split": None, "metric": None, "value": None, "baseline": None}]
-    baseline = baseline or {}
-    return [
-        {
-            **base,
-            "split": split,
-            "metric": m,
-            "value": v + (0.01 if split != "dev" else 0.0),
-            "baseline": baseline.get(m),
-        }
-        for split in splits
-        for m, v in metrics.items()
-    ]
-
-
-def small_results() -> pd.DataFrame:
-    """A known small results set covering all three styles and the awkward cases."""
+def results(runs: dict = RUNS) -> pd.DataFrame:
+    """A tidy results table of ``runs`` (dev split, main metric)."""
     rows = []
-    acc = {"accuracy": 0.5}
-    sst2 = {  # head -> freeze -> per-seed accuracy (None: the run crashed)
-        "linear": {"frozen": [0.70, 0.72, 0.71], "full": [0.80, 0.82, 0.81]},
-        "pooler-random": {"frozen": [0.69, 0.50, 0.70], "full": [0.83, 0.84, None]},
-        "bilstm": {"frozen": [0.76, 0.77, 0.75], "full": [0.81, 0.80, 0.82]},
-    }
-    for head, by_freeze in sst2.items():
-        for freeze, values in by_freeze.items():
-            for seed, v in enumerate(values, start=1):
-                status = "ok" if v is not None else "diverged"
-                rows += _cell(
-                    "sst2",
-                    "minilm",
-                    head,
-                    freeze,
-                    seed,
-                    {"accuracy": v},
-                    main="accuracy",
-                    baseline=acc,
-                    status=status,
-                )
-    for seed, v in enumerate([0.85, 0.86], start=1):  # STS-B: correlations, no baseline
-        rows += _cell(
-            "stsb",
-            "minilm",
-            "linear",
-            "full",
-            seed,
-            {"pearson": v, "spearman": v - 0.01},
-            main="pearson",
-        )
-    # roberta_base with RoBERTa's own head, fine-tuned: compared with the published numbers
-    for seed, (f1, a) in enumerate([(0.91, 0.88), (0.92, 0.89), (0.90, 0.87)], start=1):
-        rows += _cell(
-            "mrpc",
-            "roberta_base",
-            "pooler-random",
-            "full",
-            seed,
-            {"f1": f1, "accuracy": a},
-            main="f1",
-            baseline={"f1": 0.81, "accuracy": 0.68},
-        )
-        rows += _cell(
-            "mnli",
-            "roberta_base",
-            "pooler-random",
-            "full",
-            seed,
-            {"accuracy": 0.86 + seed / 100},
-            main="accuracy",
-            baseline={"accuracy": 0.35},
-            splits=("dev", "dev_mismatched"),
-        )
-    # Table 7: fine-tune (linear, full) and frozen BiLSTM over several layer choices
-    f1 = {
-        "finetune": [0.93, 0.94],
-        "embeddings": [0.80, 0.82],
-        "last": [0.90, 0.91],
-        "concat_last4": [0.915, 0.925],
-        "-2": [0.905, 0.905],
-    }
-    for setting, values in f1.items():
-        head, freeze, label = (
-            ("linear", "full", "linear")
-            if setting == "finetune"
-            else ("bilstm", "frozen", f"bilstm-{setting}")
-        )
-        for seed, v in enumerate(values, start=1):
-            rows += _cell(
-                "conll2003",
-                "minilm",
-                label,
-                freeze,
-                seed,
-                {"f1": v, "precision": v, "recall": v},
-                head=head,
-                layers=None if setting == "finetune" else setting,
-                main="f1",
-                splits=("dev", "test"),
+    for (task, encoder, label, freeze, layers), values in runs.items():
+        for seed, value in enumerate(values, start=1):
+            rows.append(
+                {
+                    "task": task,
+                    "encoder": encoder,
+                    "head": label.split("-")[0],
+                    "head_label": label,
+                    "layers": layers,
+                    "freeze": freeze,
+                    "freeze_label": freeze,
+                    "seed": seed,
+                    "status": "ok" if value is not None else "diverged",
+                    "reason": None if value is not None else "nan loss",
+                    "main_metric": MAIN[task],
+                    "split": "dev" if value is not None else None,
+                    "metric": MAIN[task] if value is not None else None,
+                    "value": value,
+                    "baseline": BASELINE[task].get(MAIN[task]) if value is not None else None,
+                    "run_dir": f"runs/{task}/{encoder}/{label}/{freeze}/seed={seed}",
+                }
             )
-    rows += _cell(
-        "conll2003",
-        "minilm",
-        "bilstm-sum_all",
-        "frozen",
-        1,
-        {},
-        head="bilstm",
-        layers="sum_all",
-        main="f1",
-        status="failed",
-    )
+    return stats.normalize_table(pd.DataFrame(rows))
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return results()
+
+
+@pytest.fixture(scope="module")
+def both(table) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return frames.from_results(table, pd.DataFrame(), [], "")
+
+
+def md_tables(text: str) -> list[pd.DataFrame]:
+    """The Markdown tables of a text, as frames of their cell texts."""
+    out = []
+    for block in re.findall(r"(?:^\|.*\|\n?)+", text, flags=re.M):
+        lines = [[c.strip() for c in line.strip()[1:-1].split("|")] for line in block.splitlines()]
+        out.append(pd.DataFrame(lines[2:], columns=lines[0]))
+    return out
+
+
+def expected_scores() -> pd.DataFrame:
+    """Per head and setting, independently: the mean of its runs and the 95% t-interval."""
+    rows = []
+    for (task, encoder, label, freeze, _), values in RUNS.items():
+        x = np.array([v for v in values if v is not None])
+        se = x.std(ddof=1) / math.sqrt(len(x))
+        half = sps.t.ppf(0.975, len(x) - 1) * se
+        lo, hi = (-1.0, 1.0) if task == "stsb" else (0.0, 1.0)
+        low, high = max(x.mean() - half, lo), min(x.mean() + half, hi)
+        base = BASELINE[task].get(MAIN[task], 0.0)
+        rows.append(
+            dict(task=task, encoder=encoder, freeze_label=freeze, train_size=0, head_label=label)
+            | dict(mean=x.mean(), se=se, low=low, high=high, clipped=hi < x.mean() + half)
+            | dict(n=len(x), n_failed=len(values) - len(x) + int(sum(x <= base)))
+        )
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("style", tables.STYLES)
-def test_markdown_matches_stored_file(style):
-    text = render.to_markdown(tables.build(small_results(), style))
-    path = EXPECTED / f"{style}.md"
-    if REGENERATE:
-        path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8")
+def test_the_answer_cells_are_the_run_means_with_their_t_intervals(tmp_path, table, both):
+    tables.main([_write(tmp_path, table, both), "--style", "heads", "-o", str(tmp_path / "o")])
+    answer = md_tables((tmp_path / "o" / "heads.md").read_text(encoding="utf-8"))[0]
+    answer["Setting"] = answer["Setting"].str.removesuffix(f" {display.NO_HEAD_LEARNED}")
+    expected = expected_scores()
+    names = display.setting_names(expected)
+    checked = 0
+    for _, r in expected.iterrows():
+        key = tuple(r[k] for k in frames.SETTING)
+        cell = answer.loc[answer["Setting"] == names[key], r["head_label"]].item()
+        best = (
+            r["mean"]
+            == expected.loc[
+                (expected[frames.SETTING] == pd.Series(key, index=frames.SETTING)).all(axis=1),
+                "mean",
+            ].max()
+        )
+        assert cell.startswith("**") == best
+        assert cell.strip("*").removesuffix(f" {display.BEATS_ALL}") == display.score_text(r)
+        checked += 1
+    heads = answer.columns[2:-1]
+    assert checked == len(RUNS) == (answer[heads] != "").to_numpy().sum()
+    assert len(answer) == len(names)
 
 
-def test_heads_table_content():
-    doc = tables.build(small_results(), "heads")
-    sst2 = next(t for t in doc.tables if t.title == "sst2 — minilm")
-    assert sst2.header == ["Head", "frozen", "full"]
-    assert [r[0] for r in sst2.rows] == ["linear", "pooler-random", "bilstm"]
-    # bilstm wins frozen; pooler-random full has one diverged seed and one at the baseline
-    assert (2, 1) in sst2.bold and (1, 2) in sst2.bold and len(sst2.bold) == 2
-    assert sst2.rows[1][1] == "63.0 ± 11.3 (n=3, 1 failed)"
-    assert sst2.rows[1][2] == "83.5 ± 0.7 (n=2, 1 failed)"
-    # these synthetic results record no best constant: the baseline is the threshold
-    assert sst2.notes[0] == (
-        "Majority-class baseline: 50.0 (these results record no best constant prediction: "
-        "runs at or below the baseline count as failed)."
-    )
-    assert any("Holm-adjusted over all 6 headline comparisons" in n for n in sst2.notes)
-    stsb = next(t for t in doc.tables if t.title == "stsb — minilm")
-    assert stsb.notes[0] == tables.NO_BASELINE
+def _write(tmp_path, table, both=None) -> str:
+    folder = tmp_path / "results"
+    folder.mkdir(exist_ok=True)
+    table.to_csv(folder / "results.csv", index=False)
+    for name, data in (frames.frame_files(*both) if both else {}).items():
+        (folder / name).write_bytes(data)
+    return str(folder)
 
 
-def test_the_heads_note_shows_the_simultaneous_interval_of_its_holm_family():
-    """bilstm − linear, frozen SST-2, 3 paired seeds. The note's family is the headline's:
-    each setting's best head against each other head of its setting, every table together.
-    Here: SST-2 frozen (bilstm vs linear, pooler-random) and full (pooler-random vs linear,
-    bilstm), CoNLL-2003 frozen (concat_last4 vs -2 and embeddings; vs last the differences
-    are constant: no test): m = 6. The interval is scipy's paired t-interval at 1 − 0.05/6,
-    Holm's p is checked by hand, and the family is named in the note.
-    """
-    doc = tables.build(small_results(), "heads")
-    sst2 = next(t for t in doc.tables if t.title == "sst2 — minilm")
-    note = next(n for n in sst2.notes if n.startswith("frozen: bilstm − linear"))
-    bilstm, linear = np.array([0.76, 0.77, 0.75]), np.array([0.70, 0.72, 0.71])
-    m = 6
-    test = scipy.stats.ttest_rel(bilstm, linear)
-    ci = test.confidence_interval(confidence_level=1 - 0.05 / m)
-    assert ci.low < 0 < ci.high
-    expected = f"Bonferroni: −{-100 * ci.low:.1f} to +{100 * ci.high:.1f};"
-    assert f"simultaneous 95% t-interval over all {m} headline comparisons" in note
-    assert expected in note
-    others = [  # the other five p-values of the family
-        scipy.stats.ttest_rel([0.76, 0.77, 0.75], [0.69, 0.50, 0.70]).pvalue,
-        scipy.stats.ttest_rel([0.83, 0.84], [0.80, 0.82]).pvalue,
-        scipy.stats.ttest_rel([0.83, 0.84], [0.81, 0.80]).pvalue,
-        scipy.stats.ttest_rel([0.915, 0.925], [0.905, 0.905]).pvalue,
-        scipy.stats.ttest_rel([0.915, 0.925], [0.80, 0.82]).pvalue,
+def test_each_verdict_is_a_paired_t_test_with_holm_over_the_family(table, both):
+    doc = tables.DOCUMENTS["heads"](table, *both, REFS)
+    verdicts = md_tables(tables.to_markdown(doc))[1]
+    pairs = []
+    for (task, _, freeze), group in pd.DataFrame(
+        [(*k[:2], k[3], k[2], v) for k, v in RUNS.items()],
+        columns=["task", "encoder", "freeze", "head", "values"],
+    ).groupby(["task", "encoder", "freeze"], sort=False):
+        for i, a in group.iterrows():
+            for _, b in group.loc[i + 1 :].iterrows():
+                x = pd.DataFrame({"a": a["values"], "b": b["values"]}).dropna()
+                test = sps.ttest_rel(x["a"], x["b"])
+                pairs.append((task, freeze, a["head"], b["head"], x.a.mean() - x.b.mean(), test))
+    holm = multipletests([p[-1].pvalue for p in pairs], method="holm")[1]
+    assert len(verdicts) == len(pairs) == len(both[1])
+    for (task, freeze, a, b, diff, _), p in zip(pairs, holm, strict=True):
+        row = verdicts[(verdicts["A"].isin([a, b])) & (verdicts["B"].isin([a, b]))]
+        row = row[row["Setting"].str.startswith(display.TASK_NAMES[task])]
+        row = row[row["Setting"].str.contains(freeze)].iloc[0]
+        sign = 1 if row["A"] == a else -1
+        assert row["Holm p"] == display.p_text(p)
+        assert row["A − B"] == display.points(sign * diff, True)
+        assert row["Family"] == f"headline (m={len(pairs)})"
+        verdict = "inconclusive" if p >= 0.05 else ("better" if sign * diff > 0 else "worse")
+        assert row["Verdict"] == verdict
+
+
+def test_stored_frames_are_shown_as_they_are(tmp_path, table, both, capsys):
+    scores, comparisons = both[0].copy(), both[1].copy()
+    scores.loc[0, ["mean", "low", "high"]] = [0.123, 0.1, 0.15]  # not what the runs give
+    comparisons.loc[0, "p_holm"] = 0.0123
+    folder = _write(tmp_path, table, (scores, comparisons))
+    tables.main([folder, "--style", "heads"])
+    text = (tmp_path / "results" / "heads.md").read_text(encoding="utf-8")
+    assert text in capsys.readouterr().out  # printed as written
+    stored = pd.read_csv(tmp_path / "results" / "comparisons.csv")
+    verdicts = md_tables(text)[1]
+    assert verdicts["Holm p"].tolist() == [display.p_text(p) for p in stored["p_holm"]]
+    assert verdicts["Holm p"].iloc[0] == "0.012"
+    assert "12.3±2.7" in [c.strip("*") for c in md_tables(text)[0].to_numpy().ravel()]
+
+
+def test_glue_columns_rows_average_and_published_numbers(table, both):
+    doc = tables.DOCUMENTS["glue"](table, *both, REFS)
+    (glue,) = md_tables(tables.to_markdown(doc))
+    assert glue.columns[4:].tolist() == ["SST-2 (acc)", "MRPC (F1)", "STS-B (Pearson)", "Avg"]
+    keys = ["encoder", "head_label", "freeze_label", "task"]
+    expected = expected_scores().set_index(keys).sort_index()
+    ours = glue[glue["Source"] == "ours"]
+    assert ours[["Encoder", "Head", "Freeze"]].to_numpy().tolist() == [
+        ["minilm", "linear", "frozen"],
+        ["minilm", "linear", "full"],
+        ["minilm", "pooler-random", "frozen"],
+        ["minilm", "pooler-random", "full"],
+        ["minilm", "bilstm", "frozen"],
+        ["roberta_base", "pooler-random", "full"],
     ]
-    ranked = sorted([test.pvalue, *others])
-    holm = max(min(1.0, (m - i) * p) for i, p in enumerate(ranked[: ranked.index(test.pvalue) + 1]))
-    assert f"Holm-adjusted over all {m} headline comparisons: p = {holm:.3g} (n.s.)" in note
-    assert any(f"all {m} headline comparisons" in n for n in doc.notes)
+    for column, task in zip(glue.columns[4:7], ("sst2", "mrpc", "stsb"), strict=True):
+        best = expected.xs(task, level="task")["mean"].max()
+        for _, row in ours.iterrows():
+            key = (row["Encoder"], row["Head"], row["Freeze"], task)
+            if key not in expected.index:
+                assert row[column] == ""
+                continue
+            r = expected.loc[key]
+            failed = f", {r['n_failed']} failed" if r["n_failed"] else ""
+            text = f"{display.score_text(r)} (n={r['n']}{failed})"
+            assert row[column] == (f"**{text}**" if r["mean"] == best else text)
+    pooler = ours[(ours["Head"] == "pooler-random") & (ours["Encoder"] == "minilm")]
+    assert pooler["SST-2 (acc)"].str.contains(r"\(n=\d, 1 failed\)").all()
+    full = expected.xs(("minilm", "linear", "full"))["mean"]  # the one row with every task
+    assert ours["Avg"].tolist() == ["", f"**{100 * full.mean():.1f}**", "", "", "", ""]
+    published = glue[glue["Source"] != "ours"].iloc[0]
+    refs = load_references()
+    assert published["Source"] == f"published: {refs['source'].iloc[-1]}"
+    assert published["Encoder"] == "RoBERTa-base"
+    value = lookup(refs, "roberta_base", "sst2", "finetune")["value"].item()
+    assert published["SST-2 (acc)"] == f"{value:.1f}"
+    assert published["MRPC (F1)"] == "90.2 (acc)"  # the source's metric differs from ours
+    assert published["Avg"] == ""
 
 
-def test_glue_reference_and_delta_use_the_reference_metric():
-    doc = tables.build(small_results(), "glue")
-    (t,) = doc.tables
-    # no row has every task, so there is no average column
-    assert t.header[3:] == [
-        "SST-2 (acc)",
-        "MRPC (F1)",
-        "STS-B (Pearson)",
-        "MNLI-m (acc)",
-        "MNLI-mm (acc)",
+def test_glue_rows_of_a_learning_curve_carry_their_size(both):
+    curve = results({("sst2", "minilm", "linear", "frozen", None): [0.7, 0.72, 0.71]})
+    bigger = curve.assign(train_size=400, value=curve["value"] + 0.1)
+    curve = stats.normalize_table(pd.concat([curve.assign(train_size=100), bigger]))
+    doc = tables.DOCUMENTS["glue"](curve, *frames.from_results(curve, pd.DataFrame(), [], ""), REFS)
+    (glue,) = md_tables(tables.to_markdown(doc))
+    ours = glue[glue["Source"] == "ours"]
+    assert ours["Freeze"].tolist() == ["frozen, 100 examples", "frozen, 400 examples"]
+    assert ours["SST-2 (acc)"].str.startswith("**81.0").tolist() == [False, True]
+
+
+def test_table7_beside_the_paper_in_its_order_with_the_difference(table, both):
+    doc = tables.DOCUMENTS["table7"](table, *both, REFS)
+    (t7,) = md_tables(tables.to_markdown(doc))
+    paper = load_references().query("task == 'conll2003'").set_index("setting")["value"]
+    order = ["embeddings", "second_to_last", "last", "concat_last4"]
+    assert t7["Layers"].tolist() == [
+        "Embeddings",
+        "Second-to-Last Hidden",
+        "Last Hidden",
+        "Concat Last Four Hidden",
     ]
-    published = next(r for r in t.rows if r[1] == "published")
-    delta = next(r for r in t.rows if r[1].startswith("Δ"))
-    mrpc, mnli = t.header.index("MRPC (F1)"), t.header.index("MNLI-m (acc)")
-    assert published[mrpc] == "90.2 (acc)"  # the reference is accuracy, our column F1
-    assert delta[mrpc] == "−2.2"  # our mean accuracy 88.0 - 90.2, not F1
-    assert published[mnli] == "87.6" and delta[mnli] == "+0.4"  # 88.0 - 87.6
-    assert published[t.header.index("MNLI-mm (acc)")] == ""  # no published mismatched
-
-
-def test_table7_rows_in_paper_order_with_deltas():
-    doc = tables.build(small_results(), "table7")
-    (t,) = doc.tables
-    assert [r[0] for r in t.rows] == [
-        "finetune",
-        "embeddings",
-        "last",
-        "concat_last4",
-        "sum_all",
-        "-2",
+    expected = expected_scores().set_index("head_label")
+    ours = [expected.loc[f"bilstm-{s}"] for s in order]
+    means = pd.Series([r["mean"] for r in ours])
+    assert t7["Ours"].str.strip("*").tolist() == [display.score_text(r) for r in ours]
+    assert t7["Ours"].str.startswith("**").tolist() == (means == means.max()).tolist()
+    assert t7["BERT-base"].str.strip("*").tolist() == [f"{paper[s]:.1f}" for s in order]
+    assert t7["Ours − paper"].tolist() == [
+        f"{100 * m - paper[s]:+.1f}" for m, s in zip(means, order, strict=True)
     ]
-    assert t.rows[0][2:5] == ["93.5 ± 0.7 (n=2)", "96.4", "−2.9"]
-    assert t.rows[4][2:5] == ["— (n=0, 1 failed)", "95.5", ""]
-    assert t.rows[0][5] == "94.5 ± 0.7 (n=2)"  # test split
-    assert "differ" in t.caption and "minilm" in t.caption
+    assert t7["Rank"].tolist() == [f"{r:g}" for r in means.rank(ascending=False)]
 
 
-def _latex_tables(tex: str) -> list[str]:
-    return re.findall(r"\\begin\{tabular\}.*?\\end\{tabular\}", tex, flags=re.S)
+def test_every_style_writes_its_three_files_and_prints_the_markdown(tmp_path, table, capsys):
+    folder = _write(tmp_path, table)
+    tables.main([folder + "/results.csv", "--style", "all"])  # default: beside the table
+    out = capsys.readouterr().out
+    for style in tables.STYLES:
+        md, tex, page = (
+            (tmp_path / "results" / f"{style}.{ext}").read_text(encoding="utf-8")
+            for ext in ("md", "tex", "html")
+        )
+        assert md in out and f"wrote {folder}/{style}.md" in out
+        assert tex.count(r"\begin{tabular}") == tex.count(r"\end{tabular}") == len(md_tables(md))
+        assert page.count("<table") == len(md_tables(md))
+        bold = sum(c.startswith("**") for t in md_tables(md) for c in t.to_numpy().ravel())
+        styled = re.findall(r"#T_\w+_row\d+_col\d+", page)  # the cells with a CSS rule: bold
+        assert bold and tex.count(r"\bfseries") == len(styled) == bold
+        bare = re.sub(r"\\[{}%&#_$]", "", tex)  # balanced braces; no bare %, & or _ in text
+        assert bare.count("{") == bare.count("}")
+        assert not re.search(r"(?<!\\)[%_#]", "\n".join(tex.splitlines()[2:]))
 
 
-@pytest.mark.parametrize("style", tables.STYLES)
-def test_latex_is_balanced_and_rectangular(style):
-    tex = render.to_latex(tables.build(small_results(), style))
-    unescaped = re.sub(r"\\[{}]", "", tex)
-    depth = 0
-    for ch in unescaped:
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        assert depth >= 0
-    assert depth == 0
-    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") >= 1
-    for block in _latex_tables(tex):
-        spec = re.match(r"\\begin\{tabular\}\{([lr]+)\}", block).group(1)
-        rows = [line for line in block.splitlines() if line.endswith(r"\\")]
-        assert rows
-        for line in rows:
-            assert len(re.findall(r"(?<!\\)&", line)) == len(spec) - 1, line
+def test_latex_and_html_escape_a_label(table):
+    label = "<b>x</b> 5%_&#"
+    odd = table.assign(head_label=table["head_label"].replace("bilstm", label))
+    doc = tables.DOCUMENTS["heads"](odd, *frames.from_results(odd, pd.DataFrame(), [], ""), REFS)
+    page, tex = tables.to_html(doc), tables.to_latex(doc)
+    assert "<b>x</b>" not in page
+    shown = ">&lt;b&gt;x&lt;/b&gt; 5%_&amp;#</"
+    assert page.count(f"{shown}th>") == 1 and page.count(f"{shown}td>") == 2  # head, 2 pairs
+    assert tex.count(r"<b>x</b> 5\%\_\&\#") == 3
 
 
-def test_labels_are_escaped_in_every_format():
-    table = small_results()
-    table.loc[table["head_label"] == "bilstm", "head_label"] = "<script>x|y</script> 5%_&#"
-    doc = tables.build(table, "heads")
-    page = render.to_html(doc)
-    assert "<script>" not in page and "&lt;script&gt;x|y&lt;/script&gt; 5%_&amp;#" in page
-    md = render.to_markdown(doc)
-    assert r"\<script\>x\|y\</script\> 5%\_&#" in md
-    for block in md.split("\n\n"):  # every row of a table has as many cells as its header
-        lines = block.splitlines()
-        if lines and all(line.startswith("| ") for line in lines):
-            assert len({line.count("|") - line.count(r"\|") for line in lines}) == 1
-    tex = render.to_latex(doc)
-    assert r"\textless{}script\textgreater{}x\textbar{}y\textless{}/script\textgreater{}" in tex
-    assert r" 5\%\_\&\#" in tex
-
-
-def test_cli_writes_all_three_files(tmp_path, capsys):
-    src = tmp_path / "results"
-    src.mkdir()
-    small_results().to_csv(src / "results.csv", index=False)
-    out = tmp_path / "out"
-    tables.main([str(src), "--style", "heads", "-o", str(out)])
-    assert sorted(p.name for p in out.iterdir()) == ["heads.html", "heads.md", "heads.tex"]
-    assert (out / "heads.md").read_text(encoding="utf-8") == (EXPECTED / "heads.md").read_text(
-        encoding="utf-8"
-    )
-    assert "# Heads × freezing" in capsys.readouterr().out
-    tables.main([str(src / "results.csv"), "--style", "all"])  # default: beside the CSV
-    assert {p.name for p in src.iterdir()} >= {
-        f"{s}.{e}" for s in tables.STYLES for e in ("md", "tex", "html")
-    }
-
-
-def test_cli_collects_a_runs_directory(tmp_path):
-    import json
-
+def test_a_runs_directory_is_collected(tmp_path, capsys):
     run = tmp_path / "runs" / "sst2" / "minilm" / "linear" / "frozen" / "seed=1"
     run.mkdir(parents=True)
+    cell = {"task": "sst2", "encoder": "minilm", "head": "linear", "head_label": "linear"}
+    cell |= {"layers": None, "freeze": "frozen", "freeze_label": "frozen", "seed": 1}
     result = {
-        "cell": {
-            "task": "sst2",
-            "encoder": "minilm",
-            "head": "linear",
-            "head_label": "linear",
-            "layers": None,
-            "freeze": "frozen",
-            "freeze_label": "frozen",
-            "seed": 1,
-        },
+        "cell": cell,
         "status": "ok",
         "main_metric": "accuracy",
         "best": {"epoch": 0, "metrics": {"dev": {"accuracy": 0.75}}},
@@ -342,7 +301,31 @@ def test_cli_collects_a_runs_directory(tmp_path):
     }
     (run / "result.json").write_text(json.dumps(result), encoding="utf-8")
     tables.main([str(tmp_path / "runs"), "--style", "heads", "-o", str(tmp_path / "out")])
-    assert "75.0 (n=1)" in (tmp_path / "out" / "heads.md").read_text(encoding="utf-8")
+    answer = md_tables((tmp_path / "out" / "heads.md").read_text(encoding="utf-8"))[0]
+    assert answer["linear"].tolist() == ["**75.0**"]  # one run: no interval
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "not_a_results_table"])
+def test_tables_and_report_name_a_bad_source_in_one_line_with_exit_2(tmp_path, capsys, kind):
+    from bench.report.__main__ import main as report_main
+
+    source = tmp_path / "source"
+    if kind == "empty":
+        source.mkdir()
+    elif kind == "not_a_results_table":
+        source = tmp_path / "bad.csv"
+        source.write_text("a,b\n1,2\n", encoding="utf-8")
+    for run in (
+        lambda: tables.main([str(source), "--style", "heads", "-o", str(tmp_path / "out")]),
+        lambda: report_main([str(source), "-o", str(tmp_path / "r.html")]),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            run()
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "Traceback" not in err and err.count("\n") == 1
+        assert str(source) in err or "required columns" in err
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()
 
 
 def test_references_load_and_validate(tmp_path):
@@ -369,7 +352,6 @@ def test_references_load_and_validate(tmp_path):
         "stsb": 91.2,
     }
     assert (refs["source"] != "").all() and refs["url"].str.startswith("https://").all()
-    assert len(lookup(refs, "roberta_base", "mrpc", "finetune")) == 1
     bad = refs.copy()
     bad["value"] = bad["value"].astype(str)
     bad.loc[0, "value"] = "961"
@@ -379,139 +361,3 @@ def test_references_load_and_validate(tmp_path):
     pd.concat([refs, refs.iloc[:1]]).to_csv(tmp_path / "dup.csv", index=False)
     with pytest.raises(ValueError, match="duplicate"):
         load_references(tmp_path / "dup.csv")
-
-
-def test_freeze_columns_run_from_least_to_most_trained():
-    """top_k cells are labelled top<k>; they sit between frozen and full, by k."""
-    from bench.axes.freezing import freeze_rank
-
-    labels = ["full", "top12", "top2", "frozen", "lora", "custom"]
-    expected = ["frozen", "lora", "top2", "top12", "full", "custom"]
-    assert sorted(labels, key=freeze_rank) == expected
-
-
-@pytest.mark.parametrize(
-    ("constant", "baseline", "metric", "says", "never"),
-    [
-        (
-            0.527,
-            0.473,
-            "accuracy",
-            [
-                "Majority-class baseline: 47.3",
-                "best constant prediction: 52.7",
-                "at or below the best constant count as failed",
-            ],
-            [],
-        ),
-        (
-            0.509,
-            0.509,
-            "accuracy",
-            ["Majority-class baseline = best constant prediction: 50.9"],
-            [],
-        ),
-        (
-            float("nan"),
-            0.5,
-            "accuracy",
-            [
-                "Majority-class baseline: 50.0",
-                "record no best constant",
-                "at or below the baseline count as failed",
-            ],
-            ["; best constant prediction"],
-        ),
-        (
-            0.0,
-            float("nan"),
-            "pearson",
-            ["No majority-class baseline for a correlation", "best constant prediction: 0.0"],
-            [],
-        ),
-        (float("nan"), float("nan"), "pearson", [tables.NO_BASELINE], []),
-        (
-            float("nan"),
-            float("nan"),
-            "f1",
-            ["No majority-class baseline or best constant", "status only"],
-            [],
-        ),
-    ],
-)
-def test_threshold_note_names_what_failures_are_counted_against(
-    constant, baseline, metric, says, never
-):
-    group = pd.DataFrame({"best_constant": [constant, constant], "baseline": [baseline, baseline]})
-    note = tables.threshold_note(group, metric)
-    for text in says:
-        assert text in note
-    for text in never:
-        assert text not in note
-
-
-def test_the_legend_counts_failures_against_the_best_constant():
-    assert "at or below the best constant prediction" in tables.LEGEND
-    assert "at or below the majority-class baseline" not in tables.LEGEND
-
-
-@pytest.mark.skipif(
-    not (RESULTS / "curves_sst2_rte" / "results.parquet").is_file(), reason="not committed"
-)
-def test_a_table_whose_failures_exceed_its_majority_baseline_shows_the_best_constant():
-    """RTE on 100 training examples: the training majority is the dev split's minority.
-
-    Its failed runs are counted against the best constant (the dev majority share), above
-    the majority-class baseline; the table must show the number the count used.
-    """
-    table = tables.load_source(RESULTS / "curves_sst2_rte")
-    runs = stats.run_values(table)
-    cells = stats.cell_stats(table)
-    differ = cells[
-        (cells["best_constant"].round(3) != cells["baseline"].round(3)) & cells["baseline"].notna()
-    ]
-    assert not differ.empty  # the committed results hold such a setting
-    doc = tables.build(table, "heads")
-    counted = {"best constant": 0, "baseline": 0}
-    for (task, encoder, size), group in differ.groupby(["task", "encoder", "train_size"]):
-        title = f"{task} — {encoder} — {size:,} examples"
-        (t,) = [t for t in doc.tables if t.title == title]
-        constant, baseline = group["best_constant"].iloc[0], group["baseline"].iloc[0]
-        assert f"Majority-class baseline: {tables.pct(baseline)}" in t.notes[0]
-        assert f"best constant prediction: {tables.pct(constant)}" in t.notes[0]
-        # the failed counts in the cells are runs at or below the best constant (or without
-        # a score), not at or below the majority-class baseline
-        setting = runs[
-            (runs["task"] == task) & (runs["encoder"] == encoder) & (runs["train_size"] == size)
-        ]
-        below = (setting["status"] != "ok") | (setting["value"] <= constant + stats.BASELINE_ATOL)
-        assert int(setting["failed"].sum()) == int(below.sum())
-        counted["best constant"] += int(below.sum())
-        counted["baseline"] += int(
-            ((setting["status"] != "ok") | (setting["value"] <= baseline)).sum()
-        )
-    assert counted["best constant"] > counted["baseline"]  # the label makes a difference
-
-
-@pytest.mark.parametrize("kind", ["missing", "empty", "not_a_results_table"])
-def test_tables_and_report_name_a_bad_source_in_one_line_with_exit_2(tmp_path, capsys, kind):
-    from bench.report.__main__ import main as report_main
-    from bench.results.tables import main as tables_main
-
-    source = tmp_path / "source"
-    if kind == "empty":
-        source.mkdir()
-    elif kind == "not_a_results_table":
-        source = tmp_path / "bad.csv"
-        source.write_text("a,b\n1,2\n", encoding="utf-8")
-    for run in (
-        lambda: tables_main([str(source), "--style", "heads", "-o", str(tmp_path / "out")]),
-        lambda: report_main([str(source), "-o", str(tmp_path / "r.html")]),
-    ):
-        with pytest.raises(SystemExit) as exit_info:
-            run()
-        assert exit_info.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and "Traceback" not in err
-        assert str(source.name) in err or "required columns" in err
-    assert not (tmp_path / "r.html").exists() and not (tmp_path / "out").exists()
