@@ -40,7 +40,17 @@ from bench.results.stats import run_values
 from bench.run.callbacks import CollectResults
 from conftest import DATA_DIR, ROOT
 
-OUTPUTS = ("results.csv", "results.parquet", "history.csv", "cells.json", "launches.jsonl")
+OUTPUTS = (
+    "results.csv",
+    "results.parquet",
+    "history.csv",
+    "cells.json",
+    "launches.jsonl",
+    "scores.csv",
+    "scores.parquet",
+    "comparisons.csv",
+    "comparisons.parquet",
+)
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess:

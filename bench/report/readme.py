@@ -80,7 +80,7 @@ def readme_text(inputs: ReportInputs, scores: pd.DataFrame, comparisons: pd.Data
         LEGEND,
         "## Verdicts\n\nEvery pair of heads within a setting, once: 'A is <verdict> than B'; "
         "the interval is the one the verdict uses, Holm's p is within the family.",
-        markdown(display.verdict_frame(comparisons)),
+        markdown(display.verdict_frame(comparisons, scores)),
         "## What ran\n\n"
         f"- {len(cells)} cells ({ran}); data: `results.csv`, `predictions.parquet`; "
         "statistics: `scores.csv`, `comparisons.csv` (also Parquet).",

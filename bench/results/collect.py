@@ -47,7 +47,12 @@ from bench.data.text_lines import read_text
 from bench.errors import CollectError, DataError
 from bench.results.curves import sized_settings
 from bench.results.frames import frame_files, from_results
-from bench.results.predictions import PREDICTIONS_FILE, predictions_bytes, predictions_table
+from bench.results.predictions import (
+    PREDICTIONS_FILE,
+    predictions_bytes,
+    predictions_table,
+    read_predictions,
+)
 from bench.results.publish import publish
 from bench.results.rescore import verified
 from bench.results.result_file import load_result
@@ -772,6 +777,20 @@ def _collect(
     return table
 
 
+def write_frames(folder: str | Path) -> list[Path]:
+    """(Re)write ``scores`` and ``comparisons`` beside a results directory's table.
+
+    For results collected before the frames existed, or after an experiment file's margins
+    or studies changed (they change no cell, only the verdicts).
+    """
+    folder = Path(folder)
+    cells_file = folder / CELLS_FILE
+    cells = json.loads(read_text(cells_file)) if cells_file.is_file() else []
+    command = str(last_launch(read_launch_log([folder])).get("command") or "")
+    found = from_results(read_table(folder), read_predictions(folder), cells, command)
+    return publish(folder, frame_files(*found))
+
+
 def print_summary(table: pd.DataFrame) -> None:
     """Print the wide summary and any failed cells."""
     with pd.option_context("display.width", 160, "display.max_columns", 20):
@@ -793,6 +812,11 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m bench.results.collect <dirs...> [-o OUT_DIR] [--replace]``."""
     parser = argparse.ArgumentParser(prog="python -m bench.results.collect", description=__doc__)
     parser.add_argument("roots", nargs="+", help="run or sweep directories holding result.json")
+    parser.add_argument(
+        "--frames",
+        action="store_true",
+        help="the roots are results directories: rewrite their scores and comparisons only",
+    )
     parser.add_argument("-o", "--out", default=None, help="where to write results.csv/.parquet")
     parser.add_argument(
         "--replace",
@@ -801,6 +825,11 @@ def main(argv: list[str] | None = None) -> None:
         "or whose run directories no longer exist); without it such a collect is refused",
     )
     args = parser.parse_args(argv)
+    if args.frames:
+        for root in args.roots:
+            for path in write_frames(root):
+                print(f"wrote {path}")
+        return
     try:
         table = collect(args.roots, args.out, replace=args.replace)
     except CollectError as err:  # a bad argument: nothing was written

@@ -64,8 +64,10 @@ def settings_in_order(frame: pd.DataFrame) -> list[tuple]:
 
 
 def setting_names(frame: pd.DataFrame) -> dict[tuple, str]:
-    """Each setting's short name: ``SST-2 frozen``, with the encoder or training size only
-    where the frame has several of them (``SST-2 frozen 500``)."""
+    """Each setting's short name: ``SST-2 frozen``, ``SST-2 frozen 500``.
+
+    The encoder and the training size are named only where the frame has several of them.
+    """
     keys = settings_in_order(frame)
     encoders = {k[1] for k in keys}
     sizes = Counter((k[0], k[1], k[2]) for k in keys)
@@ -96,11 +98,12 @@ def score_text(row: pd.Series) -> str:
 
 
 def answer_frame(scores: pd.DataFrame, markdown: bool = False) -> pd.DataFrame:
-    """The answer: one row per setting, one column per head (``score_text``), and the best
-    constant; the best head's cell in bold (Markdown: ``**``) and marked :data:`BEATS_ALL`
-    where it is 'better' than every other head; a setting where no head beats the constant
-    is marked :data:`NO_HEAD_LEARNED`. Without ``markdown`` the marks are left to the caller
-    (:func:`answer_marks`)."""
+    """The answer: one row per setting, one column per head (``score_text``).
+
+    The best constant closes each row. A head 'better' than every other head is marked
+    :data:`BEATS_ALL`, a setting where no head beats the constant :data:`NO_HEAD_LEARNED`;
+    the best mean is bold in Markdown (elsewhere the caller styles it: :func:`answer_marks`).
+    """
     names = setting_names(scores)
     heads = heads_in_order(scores)
     rows = []
@@ -125,8 +128,12 @@ def answer_frame(scores: pd.DataFrame, markdown: bool = False) -> pd.DataFrame:
 
 
 def answer_marks(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
-    """Where :func:`answer_frame` (same shape) shows the best head, and its rows where no
-    head beats the best constant: for styling the HTML table."""
+    """Where :func:`answer_frame` shows the best head, and its rows where none learned.
+
+    Returns:
+        A frame of :func:`answer_frame`'s shape (True: the best mean) and per row whether no
+        head beats the best constant (for styling the HTML table).
+    """
     heads = heads_in_order(scores)
     best, grey = [], []
     for key in settings_in_order(scores):
@@ -143,10 +150,13 @@ def interval_text(low: float, high: float) -> str:
     return f"{points(low, True)} to {points(high, True)}"
 
 
-def verdict_frame(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """Every comparison, one row each: the difference, the interval its verdict uses, Holm's p
-    within its family (m tests) and the verdict ('head A is <verdict> than head B')."""
-    names = setting_names(comparisons)
+def verdict_frame(comparisons: pd.DataFrame, scores: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every comparison, one row each: 'head A is <verdict> than head B'.
+
+    Columns: the difference, the interval its verdict uses, Holm's p within its family (of m
+    tests) and the verdict; settings named as in the answer table of ``scores`` where given.
+    """
+    names = setting_names(comparisons if scores is None else scores)
     rows = []
     for _, r in comparisons.iterrows():
         key = tuple(r[k] for k in SETTING)
@@ -170,8 +180,10 @@ def verdict_frame(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict_matrix(comparisons: pd.DataFrame, setting: tuple) -> pd.DataFrame:
-    """One setting's verdicts as a heads × heads matrix: cell (row A, column B) reads
-    'A is <verdict> than B' with A − B in points; the diagonal is empty."""
+    """One setting's verdicts as a heads × heads matrix, the diagonal empty.
+
+    Cell (row A, column B) reads 'A is <verdict> than B', with A − B in points.
+    """
     from bench.results.frames import oriented
 
     part = comparisons[(comparisons[SETTING] == pd.Series(setting, index=SETTING)).all(axis=1)]
@@ -188,8 +200,11 @@ def verdict_matrix(comparisons: pd.DataFrame, setting: tuple) -> pd.DataFrame:
 
 
 def takeaway(scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:
-    """One sentence (at most 40 words) from the frames: which head leads most often, where
-    one beats all, and how many comparisons each verdict got."""
+    """One line (at most 40 words) filled from the frames.
+
+    Which heads lead most often, where one beats all, how many comparisons each verdict got
+    and the largest decided difference.
+    """
     if scores.empty:
         return "No scored runs."
     best = scores[scores["best"]]
@@ -204,7 +219,10 @@ def takeaway(scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:
     )
     counts = Counter(comparisons["verdict"])
     decided = counts["better"] + counts["worse"]
-    tally = f"{decided} decided, {counts['equivalent']} equivalent, {counts['inconclusive']} inconclusive"
+    tally = (
+        f"{decided} decided, {counts['equivalent']} equivalent, "
+        f"{counts['inconclusive']} inconclusive"
+    )
     if counts["not comparable"]:
         tally += f", {counts['not comparable']} not comparable"
     decided = comparisons[comparisons["verdict"].isin(["better", "worse"])]

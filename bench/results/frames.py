@@ -24,11 +24,8 @@ the method for users. In short:
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -621,36 +618,3 @@ def read_frames(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
         return None
     score_frame, comparison_frame = (pd.read_parquet(p) for p in paths)
     return score_frame, comparison_frame
-
-
-def write_frames(folder: str | Path) -> list[Path]:
-    """(Re)write ``scores`` and ``comparisons`` beside a results directory's table.
-
-    For results collected before the frames existed, or after an experiment file's margins
-    or studies changed (they change no cell, only the verdicts).
-    """
-    from bench.results.collect import read_table  # collect writes frames: import on use
-    from bench.results.predictions import read_predictions
-    from bench.results.publish import publish
-    from bench.results.run_records import last_launch, read_launch_log
-
-    folder = Path(folder)
-    cells_file = folder / "cells.json"
-    cells = json.loads(cells_file.read_text(encoding="utf-8")) if cells_file.is_file() else []
-    command = str(last_launch(read_launch_log([folder])).get("command") or "")
-    found = from_results(read_table(folder), read_predictions(folder), cells, command)
-    return publish(folder, frame_files(*found))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m bench.results.frames RESULTS_DIR...`` rewrites their frames."""
-    parser = argparse.ArgumentParser(prog="python -m bench.results.frames", description=__doc__)
-    parser.add_argument("folders", nargs="+", type=Path, metavar="RESULTS_DIR")
-    for folder in parser.parse_args(argv).folders:
-        for path in write_frames(folder):
-            print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -75,7 +75,7 @@ def heads_document(table: Frame, scores: Frame, comparisons: Frame, refs: Frame)
     answer, (best, _) = display.answer_frame(scores), display.answer_marks(scores)
     parts = [
         Part("Which head?", CAPTIONS["heads"], answer, best, display.answer_frame(scores, True)),
-        Part("Verdicts", CAPTIONS["verdicts"], display.verdict_frame(comparisons)),
+        Part("Verdicts", CAPTIONS["verdicts"], display.verdict_frame(comparisons, scores)),
     ]
     lead = display.takeaway(scores, comparisons)
     return "Heads × settings", lead, parts[: 1 + bool(len(comparisons))]
