@@ -1,10 +1,12 @@
-"""Learning curves by training size (#24 item 1): nested training subsets that all select on
-one held-out slice (``selection.carve=first``), the curve statistics (checked against NumPy and
-SciPy), the report section, the labels of settings that differ only by size, the Findings
-sentence, and the reference presets with their cost estimate."""
+"""Learning curves and the report's figures: nested training subsets that all select on one
+held-out slice (``selection.carve=first``), the reference curve presets and their cost
+estimate, and the figures and sections of :mod:`bench.report.figures` /
+:mod:`bench.report.sections`, whose numbers are checked against the frames they draw and
+against NumPy recomputations (never against wording)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -17,8 +19,9 @@ import pandas as pd
 import pytest
 from bs4 import BeautifulSoup
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from omegaconf import OmegaConf
-from scipy import stats as sps
 
 from bench.axes.sweep import expand
 from bench.cell import config_hash
@@ -28,21 +31,23 @@ from bench.data.sequence_datamodule import GlueDataModule
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 from bench.model.encoders import load_tokenizer
-from bench.report.budget import budget_lines, missing_heads, unequal_settings
-from bench.report.context import build_context
-from bench.report.findings import curves_sentence
-from bench.report.headline import headline_frame
-from bench.report.inputs import load_inputs
-from bench.report.readme import experiment_readme
+from bench.report import figures
+from bench.report.context import ReportContext
+from bench.report.inputs import ReportInputs
+from bench.report.sections import (
+    cost_section,
+    curves_section,
+    spread_section,
+    training_size_section,
+)
+from bench.report.style import Palette
 from bench.results import stats
 from bench.results.collect import tidy
-from bench.results.curves import curve_leaders, curve_points, leaders_of, sized_settings
-from bench.results.references import load_references
+from bench.results.curves import sized_settings, split_by_size
 from bench.results.result_file import with_axes
-from bench.results.tables import build
 from bench.run.plan import plan
 from bench.run.preflight import check_protocol
-from conftest import CONF, ROOT, holm_reference
+from conftest import CONF, ROOT
 
 SIZES = {"rte": [100, 200, 500, 1000, 2000], "sst2": [100, 200, 500, 1000, 2000, 4000]}
 
@@ -133,31 +138,222 @@ def test_the_datamodule_trains_on_the_nested_subsets_and_records_the_slice(data_
     assert ids == carve_first(labels, 50, 40, 0, "class", "rte train")[1].tolist()
 
 
-# --- the statistics ----------------------------------------------------------------------
+# --- the report's figures ----------------------------------------------------------------
 
-#: dev accuracy per (head, size) and seed 1..5: linear leads at 100 and 400 (at 400 by a hair),
-#: bilstm takes over at 1,600 (clearly) — and mean_linear at 6,400 by a hair (not significant).
-CURVE = {
-    ("linear", 100): [0.60, 0.61, 0.59, 0.62, 0.60],
-    ("bilstm", 100): [0.55, 0.56, 0.54, 0.55, 0.57],
-    ("mean_linear", 100): [0.58, 0.57, 0.59, 0.58, 0.56],
-    ("linear", 400): [0.70, 0.71, 0.69, 0.72, 0.70],
-    ("bilstm", 400): [0.69, 0.72, 0.68, 0.70, 0.71],
-    ("mean_linear", 400): [0.66, 0.67, 0.66, 0.68, 0.65],
-    ("linear", 1600): [0.73, 0.74, 0.72, 0.73, 0.74],
-    ("bilstm", 1600): [0.80, 0.79, 0.81, 0.80, 0.79],
-    ("mean_linear", 1600): [0.75, 0.76, 0.74, 0.75, 0.77],
-    ("linear", 6400): [0.75, 0.76, 0.74, 0.75, 0.76],
-    ("bilstm", 6400): [0.83, 0.81, 0.82, 0.84, 0.80],
-    ("mean_linear", 6400): [0.84, 0.80, 0.83, 0.82, 0.83],
+HEADS = ["linear", "pooler-random", "bilstm"]
+SCORE_COLUMNS = [*stats.SETTING_KEYS, "head_label", "metric", "n", "mean", "low", "high"]
+
+
+def _scores(rows: list[tuple]) -> pd.DataFrame:
+    """A scores frame by hand: (task, freeze, size, head, metric, mean, low, high, constant)."""
+    frame = pd.DataFrame(
+        [
+            {
+                "task": task,
+                "encoder": "minilm",
+                "freeze_label": freeze,
+                "train_size": size,
+                "head_label": head,
+                "metric": metric,
+                "n": 5,
+                "mean": mean,
+                "low": low,
+                "high": high,
+                "best_constant": constant,
+            }
+            for task, freeze, size, head, metric, mean, low, high, constant in rows
+        ]
+    )
+    lower = frame["metric"].map({"mcc": -1.0}).fillna(0.0)
+    frame["clipped"] = (frame["low"] <= lower) | (frame["high"] >= 1.0)
+    frame["beats_constant"] = frame["low"] > frame["best_constant"]
+    setting = frame.groupby(stats.SETTING_KEYS)["mean"]
+    frame["best"] = frame["mean"] == setting.transform("max")
+    frame["beats_all"] = False
+    return frame
+
+
+def _settings(n: int) -> pd.DataFrame:
+    """``n`` settings of SST-2 (frozen, sizes 100, 200, ...), each with the three heads."""
+    rng = np.random.default_rng(n)
+    rows = []
+    for i in range(n):
+        for head in HEADS:
+            mean = rng.uniform(0.7, 0.9)
+            rows.append(
+                (
+                    "sst2",
+                    "frozen",
+                    100 * (i + 1),
+                    head,
+                    "accuracy",
+                    mean,
+                    mean - 0.02,
+                    mean + 0.02,
+                    0.509,
+                )
+            )
+    return _scores(rows)
+
+
+SCORES = _scores(
+    [
+        ("sst2", "frozen", 2000, "linear", "accuracy", 0.712, 0.70, 0.724, 0.509),
+        ("sst2", "frozen", 2000, "pooler-random", "accuracy", 0.716, 0.705, 0.727, 0.509),
+        ("sst2", "frozen", 2000, "bilstm", "accuracy", 0.788, 0.78, 0.796, 0.509),
+        ("cola", "frozen", 2000, "linear", "mcc", 0.04, -1.0, 0.3, 0.0),  # clipped below
+        ("cola", "frozen", 2000, "bilstm", "mcc", 0.05, 0.02, 0.08, 0.0),
+        ("rte", "full", 1000, "linear", "accuracy", 0.93, 0.85, 1.0, 0.527),  # clipped above
+        ("rte", "full", 1000, "bilstm", "accuracy", 0.55, 0.50, 0.60, 0.527),
+    ]
+)
+
+
+def _panel(fig: Figure, title: str):
+    shown = {ax: ax.get_title().replace("\n", " ") for ax in fig.axes if ax.get_visible()}
+    found = [ax for ax, text in shown.items() if text == title]  # however the panel wraps it
+    assert len(found) == 1, [ax.get_title() for ax in fig.axes]
+    return found[0]
+
+
+def _dots(ax, marker="o"):
+    return [ln for ln in ax.lines if ln.get_marker() == marker and len(ln.get_xdata()) == 1]
+
+
+def _dashed(ax):
+    return [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+
+
+def _overlapping_text(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of drawn texts whose boxes overlap, and texts cut off by the figure's edge."""
+    canvas = FigureCanvasAgg(fig)  # also for a figure the report has already closed
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    texts = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, ax.xaxis.get_offset_text()]
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            every = axis.get_major_ticks() + axis.get_minor_ticks()
+            ticks = [(tick.get_loc(), tick.label1) for tick in every]
+            lo, hi = min(lo, hi), max(lo, hi)
+            texts += [t for loc, t in ticks if lo <= loc <= hi and t.get_visible()]
+    for legend in fig.legends:
+        texts += legend.get_texts()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_text()]
+    cut = [
+        (name, "edge")
+        for name, box in boxes
+        if not fig.bbox.contains(box.x0, box.y0) or not fig.bbox.contains(box.x1, box.y1)
+    ]
+    return cut + [(a, b) for (a, x), (b, y) in itertools.combinations(boxes, 2) if x.overlaps(y)]
+
+
+PALETTE = Palette(HEADS, ["frozen", "full"])
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the sections draw, per figure function."""
+    found: dict[str, list[Figure]] = {}
+
+    def spy(name: str):
+        draw = getattr(figures, name)
+
+        def drawn_by(*args, **kwargs):
+            fig = draw(*args, **kwargs)
+            found.setdefault(name, []).append(fig)
+            return fig
+
+        return drawn_by
+
+    for name in ("curves", "cost_scatter", "seed_strips"):
+        monkeypatch.setattr(figures, name, spy(name))
+    return found
+
+
+def test_the_scores_plot_draws_every_mean_and_interval_of_the_frame_with_the_best_constant():
+    fig = figures.scores_plot(SCORES, PALETTE, multi_encoder=False)
+    assert fig is not None
+    titles = {
+        "SST-2 frozen": ("sst2", "frozen"),
+        "CoLA frozen": ("cola", "frozen"),
+        "RTE full": ("rte", "full"),
+    }
+    for title, (task, freeze) in titles.items():
+        ax = _panel(fig, title)
+        rows = SCORES[(SCORES["task"] == task) & (SCORES["freeze_label"] == freeze)]
+        heads = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+        dots = {heads[int(d.get_ydata()[0])]: d for d in _dots(ax)}
+        assert sorted(dots) == sorted(rows["head_label"])
+        for r in rows.itertuples():
+            dot = dots[r.head_label]
+            assert dot.get_xdata()[0] == pytest.approx(100 * r.mean)
+            assert (dot.get_markerfacecolor() == "white") == (not r.beats_constant)
+            assert (dot.get_markeredgecolor() == "black") == bool(r.best)
+            bars = [
+                ln
+                for ln in ax.lines
+                if len(ln.get_xdata()) == 2 and ln.get_marker() in ("None", None, "")
+            ]
+            spans = {
+                tuple(np.round(ln.get_xdata(), 6))
+                for ln in bars
+                if ln.get_ydata()[0] == dot.get_ydata()[0]
+            }
+            assert (round(100 * r.low, 6), round(100 * r.high, 6)) in spans
+        (constant,) = _dashed(ax)
+        assert constant.get_xdata()[0] == pytest.approx(100 * rows["best_constant"].iloc[0])
+    assert figures.scores_plot(SCORES.iloc[:0], PALETTE, False) is None
+
+
+def test_a_score_axis_starts_at_zero_only_when_zero_is_in_range():
+    fig = figures.scores_plot(SCORES, PALETTE, multi_encoder=False)
+    sst2, cola = _panel(fig, "SST-2 frozen"), _panel(fig, "CoLA frozen")
+    low, high = sst2.get_xlim()
+    assert 45 < low < 50.9 and high > 79.6  # every interval and the constant (50.9), not 0
+    assert cola.get_xlim()[0] < -99  # the clipped interval reaches −100
+    for ax in (sst2, cola):  # every drawn value inside the axis
+        values = np.concatenate([ln.get_xdata() for ln in ax.lines if ln.get_linestyle() != "--"])
+        assert ax.get_xlim()[0] <= values.min() and values.max() <= ax.get_xlim()[1]
+
+
+def test_an_interval_clipped_at_the_metrics_range_is_marked_at_that_end_only():
+    fig = figures.scores_plot(SCORES, PALETTE, multi_encoder=False)
+    cola, rte, sst2 = (_panel(fig, t) for t in ("CoLA frozen", "RTE full", "SST-2 frozen"))
+    assert [d.get_xdata()[0] for d in _dots(cola, "<")] == [pytest.approx(-100.0)]
+    assert _dots(cola, ">") == []
+    assert [d.get_xdata()[0] for d in _dots(rte, ">")] == [pytest.approx(100.0)]
+    assert _dots(rte, "<") == [] and _dots(sst2, "<") == _dots(sst2, ">") == []
+
+
+@pytest.mark.parametrize("n", [5, 7, 12, 14])
+def test_the_first_figure_fits_one_screen_beside_the_answer_with_no_text_overlapping(n):
+    scores = _settings(n)
+    fig = figures.scores_plot(scores, PALETTE, multi_encoder=n > 10)
+    assert fig is not None
+    width, height = fig.get_size_inches() * 96
+    assert height <= 450 and width <= 520  # beside the answer table, not scaled down
+    title = "SST-2 minilm frozen 500" if n > 10 else "SST-2 frozen 500"
+    assert len(_dots(_panel(fig, title))) == len(HEADS)
+    assert _overlapping_text(fig) == []
+
+
+#: Per (head, freeze): the dev values of seeds 1..3 (None: the run crashed).
+RUNS = {
+    ("linear", "frozen"): [0.70, 0.72, 0.74],
+    ("bilstm", "frozen"): [0.80, 0.83, 0.86],
+    ("pooler-random", "frozen"): [0.50, None, 0.62],  # 0.50 is below the baseline: failed
+    ("linear", "full"): [0.85, 0.86, 0.87],
+    ("bilstm", "full"): [0.86, 0.88, 0.90],
 }
-#: A setting at one size (fine-tuning, 1,000 examples): labelled as before, no curve.
-FULL = {"linear": [0.85, 0.86, 0.84], "bilstm": [0.86, 0.88, 0.87]}
+BASELINE = 0.509
 
 
-def _result(head, freeze, size, seed, value):
+def _result(task, head, freeze, size, seed, value, baseline=BASELINE, **extra):
     cell = {
-        "task": "sst2",
+        "task": task,
         "encoder": "minilm",
         "head": head,
         "head_label": head,
@@ -170,210 +366,330 @@ def _result(head, freeze, size, seed, value):
         {
             "cell": cell,
             "config": {"data": {"train_size": size}},
-            "status": "ok",
+            "status": "ok" if value is not None else "failed",
             "main_metric": "accuracy",
-            "best": {"epoch": 1, "metrics": {"dev": {"accuracy": value}}},
-            "baseline": {"dev": {"metrics": {"accuracy": 0.509}}},
+            "best": {"epoch": 1, "metrics": {"dev": {"accuracy": value}}} if value else None,
+            "baseline": {"dev": {"metrics": {"accuracy": baseline}}},
             "finished_at": "2026-11-25T00:00:00Z",
+            **extra,
         }
     )
 
 
-def _curve_table() -> pd.DataFrame:
+def _table(runs=RUNS, size=2000, **extra) -> pd.DataFrame:
     results = [
-        _result(head, "frozen", size, seed, value)
-        for (head, size), values in CURVE.items()
+        _result(
+            "sst2",
+            head,
+            freeze,
+            size,
+            seed,
+            value,
+            params={"trainable": len(head) * 100},
+            train_time_s=10.0 * seed,
+            **extra,
+        )
+        for (head, freeze), values in runs.items()
         for seed, value in enumerate(values, start=1)
     ]
-    results += [
-        _result(head, "full", 1000, seed, value)
-        for head, values in FULL.items()
-        for seed, value in enumerate(values, start=1)
-    ]
-    return tidy(results)
+    return stats.normalize_table(tidy(results))
 
 
-def test_curve_points_are_the_cells_means_and_intervals_recomputed_with_scipy():
-    points = curve_points(_curve_table())
-    assert set(points["freeze_label"]) == {"frozen"}  # one size under full: no curve
-    assert len(points) == len(CURVE)
-    for _, p in points.iterrows():
-        x = np.asarray(CURVE[(p["head_label"], p["train_size"])])
-        assert p["n"] == 5 and p["mean"] == pytest.approx(x.mean())
-        low, high = sps.t.interval(0.95, df=4, loc=x.mean(), scale=sps.sem(x))
-        assert (p["t_low"], p["t_high"]) == pytest.approx((low, high))
-        boot = sps.bootstrap(
-            (x,), np.mean, n_resamples=10_000, method="BCa", rng=np.random.default_rng(0)
+def _context(
+    table: pd.DataFrame, scores: pd.DataFrame, comparisons=None, history=None
+) -> ReportContext:
+    inputs = ReportInputs(
+        source="test",
+        table=table,
+        history=pd.DataFrame() if history is None else history,
+        cells=[],
+        launch={},
+    )
+    return ReportContext(
+        inputs=inputs,
+        palette=PALETTE,
+        runs=stats.run_values(table),
+        scores=scores,
+        comparisons=pd.DataFrame(
+            columns=[
+                *stats.SETTING_KEYS,
+                "head_a",
+                "head_b",
+                "mean_a",
+                "mean_b",
+                "estimate",
+                "low",
+                "high",
+                "verdict",
+                "p_holm",
+                "low90",
+                "high90",
+                "sim_low",
+                "sim_high",
+            ]
         )
-        assert p["ci_method"] == "BCa"
-        ci = boot.confidence_interval
-        assert (p["ci_low"], p["ci_high"]) == pytest.approx((ci.low, ci.high))
-    sizes = points[points["head_label"] == "bilstm"]["train_size"].tolist()
-    assert sizes == [100, 400, 1600, 6400]
-
-
-def test_the_leader_per_size_and_its_changes_match_paired_t_tests_with_holm_in_the_curve():
-    leaders = curve_leaders(_curve_table())
-    means = {key: np.mean(v) for key, v in CURVE.items()}
-    sizes = [100, 400, 1600, 6400]
-    heads = ["linear", "bilstm", "mean_linear"]
-    order = {s: sorted(heads, key=lambda h: (-round(means[(h, s)], 12), h)) for s in sizes}
-    # The family: at each size, the leader against each other head (paired by seed).
-    family = [(s, order[s][0], other) for s in sizes for other in order[s][1:]]
-    p = [sps.ttest_rel(CURVE[(a, s)], CURVE[(b, s)]).pvalue for s, a, b in family]
-    holm = dict(zip(family, holm_reference(p), strict=True))
-    assert leaders["leader"].tolist() == [order[s][0] for s in sizes]
-    assert leaders["leader"].tolist() == ["linear", "linear", "bilstm", "mean_linear"]
-    assert leaders["changed"].tolist() == [False, False, True, True]
-    assert (leaders["n_comparisons"] == len(family)).all()
-    for _, r in leaders.iterrows():
-        s = r["train_size"]
-        runner = order[s][1]
-        assert r["runner_up"] == runner
-        assert r["margin"] == pytest.approx(means[(order[s][0], s)] - means[(runner, s)])
-        assert r["margin_p_holm"] == pytest.approx(holm[(s, order[s][0], runner)])
-        assert r["margin_significant"] == (holm[(s, order[s][0], runner)] < 0.05)
-    at_1600, at_6400 = leaders.iloc[2], leaders.iloc[3]
-    assert (at_1600["previous"], at_1600["leader"]) == ("linear", "bilstm")
-    assert at_1600["change_p_holm"] == pytest.approx(holm[(1600, "bilstm", "linear")])
-    p_change = holm[(1600, "bilstm", "linear")]
-    assert at_1600["change_significant"] and p_change < 0.05
-    assert at_1600["change_tier"] == (
-        "***" if p_change < 0.001 else "**" if p_change < 0.01 else "*"
+        if comparisons is None
+        else comparisons,
+        multi_encoder=False,
+        sized=sized_settings(scores),
     )
-    d = np.subtract(CURVE[("bilstm", 1600)], CURVE[("linear", 1600)])
-    assert at_1600["change"] == pytest.approx(d.mean())
-    low, high = sps.ttest_rel(
-        CURVE[("bilstm", 1600)], CURVE[("linear", 1600)]
-    ).confidence_interval()
-    assert (at_1600["change_t_low"], at_1600["change_t_high"]) == pytest.approx((low, high))
-    # mean_linear leads at 6,400 by 0.4 points over bilstm: a change, but not a supported one
-    assert (at_6400["previous"], at_6400["leader"]) == ("bilstm", "mean_linear")
-    assert at_6400["change_p_holm"] == pytest.approx(holm[(6400, "mean_linear", "bilstm")])
-    assert not at_6400["change_significant"] and at_6400["change_tier"] == "n.s."
 
 
-def test_a_leader_that_does_not_beat_the_constant_is_marked_at_its_size():
-    table = _curve_table()
-    sizes = pd.to_numeric(table["train_size"])
-    # linear leads at 100 with 60.4 and at 400 with 70.4 (5 seeds each)
-    table.loc[sizes == 100, "baseline"] = 0.605  # above its mean: no winner there
-    table.loc[sizes == 400, "baseline"] = 0.70  # below its mean, inside its t-interval
-    leaders = curve_leaders(table).set_index("train_size")
-    for size, threshold in ((100, 0.605), (400, 0.70), (1600, 0.509), (6400, 0.509)):
-        x = np.asarray(CURVE[(leaders.at[size, "leader"], size)])
-        low, _ = sps.t.interval(0.95, df=len(x) - 1, loc=x.mean(), scale=sps.sem(x))
-        expected = (
-            "at or below"
-            if x.mean() <= threshold
-            else "interval reaches it"
-            if low <= threshold
-            else "above"
+def _read_tables(body: str) -> list[pd.DataFrame]:
+    soup = BeautifulSoup(body, "html.parser")
+    out = []
+    for table in soup.find_all("table"):
+        header = [th.get_text() for th in table.find("thead").find_all("th")]
+        rows = [
+            [td.get_text() for td in tr.find_all("td")] for tr in table.find("tbody").find_all("tr")
+        ]
+        out.append(pd.DataFrame(rows, columns=header))
+    return out
+
+
+def _run_scores(table: pd.DataFrame) -> pd.DataFrame:
+    """Scores rows (mean only) of a table's runs, enough for the sections that read them."""
+    runs = stats.run_values(table)
+    g = runs.groupby(stats.GROUP_KEYS)["value"]
+    frame = g.agg(mean="mean", low="min", high="max").reset_index()
+    frame["metric"], frame["best_constant"] = "accuracy", BASELINE
+    frame["best"] = frame["mean"] == frame.groupby(stats.SETTING_KEYS)["mean"].transform("max")
+    return frame.assign(beats_all=False, beats_constant=True, clipped=False)
+
+
+def test_the_seed_strips_draw_every_run_and_the_spread_table_recomputes_from_them():
+    table = _table()
+    ctx = _context(table, _run_scores(table))
+    fig = figures.seed_strips(ctx.runs, PALETTE, multi_encoder=False)
+    frozen = _panel(fig, "SST-2 frozen")
+    heads = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    drawn = {}
+    for marker in ("o", "X"):
+        for dot in _dots(frozen, marker):
+            drawn.setdefault(heads[round(dot.get_ydata()[0])], []).append(
+                (marker, round(dot.get_xdata()[0], 6))
+            )
+    for (head, freeze), values in RUNS.items():
+        if freeze != "frozen":
+            continue
+        expected = [
+            ("X" if v <= BASELINE else "o", round(100 * v, 6)) for v in values if v is not None
+        ]
+        assert sorted(drawn[head]) == sorted(expected)
+    assert len(_dots(frozen, "v")) == 1  # the crashed run, on the edge
+    (threshold,) = _dashed(frozen)
+    assert threshold.get_xdata()[0] == pytest.approx(100 * BASELINE)
+    assert _overlapping_text(fig) == []
+    section = spread_section(ctx)
+    assert section is not None and section.id == "seed-spread"
+    spread, evp = _read_tables(section.body)
+    for row in spread.itertuples():
+        values = np.array([v for v in RUNS[(row.Head, row.Freeze)] if v is not None])
+        assert int(row.Runs) == 3 and int(row.Failed) == sum(
+            v is None or v <= BASELINE for v in RUNS[(row.Head, row.Freeze)]
         )
-        assert leaders.at[size, "leader_vs_constant"] == expected
-    assert leaders["leader_vs_constant"].tolist() == [
-        "at or below",
-        "interval reaches it",
-        "above",
-        "above",
+        assert (row.Min, row.Median, row.Max) == tuple(
+            f"{100 * f(values):.1f}" for f in (np.min, np.median, np.max)
+        )
+        sd = f"{100 * np.std(values, ddof=1):.1f}" if len(values) > 1 else "–"
+        assert sd == row.SD
+    for row in evp.to_dict("records"):
+        values = [v for v in RUNS[(row["Head"], row["Freeze"])] if v is not None]
+        assert row["Seeds"] == str(len(values)) and row["Best seen"] == f"{100 * max(values):.1f}"
+        for n in (1, 3):
+            maxima = [max(t) for t in itertools.product(values, repeat=n)]  # every draw of n
+            expected = f"{100 * np.mean(maxima):.1f} ± {100 * np.std(maxima):.2f}"
+            assert row[f"n = {n}"] == (expected if n <= len(values) else "")
+    assert spread_section(_context(table.iloc[:0], _run_scores(table).iloc[:0])) is None
+
+
+def test_the_pareto_front_is_every_point_no_other_beats_on_both_axes(drawn):
+    rng = np.random.default_rng(7)
+    cost, score = pd.Series(rng.uniform(1, 100, 40)), pd.Series(rng.uniform(0, 1, 40))
+    mask = figures.pareto_mask(cost, score)
+    for i in range(40):
+        others = [j for j in range(40) if j != i]
+        dominated = any(cost[j] <= cost[i] and score[j] >= score[i] for j in others)
+        assert mask[i] == (not dominated)
+    table = _table()
+    ctx = _context(table, _run_scores(table))
+    section = cost_section(ctx)
+    assert section is not None
+    (front,) = _read_tables(section.body)
+    scores = _run_scores(table).set_index(["head_label", "freeze_label"])
+    params = {h: len(h) * 100 for h, _ in RUNS}
+    c, s = pd.Series([params[h] for h, _ in scores.index]), pd.Series(scores["mean"].to_numpy())
+    on_front = set(np.array(scores.index)[figures.pareto_mask(c, s)])
+    assert {(r.Head, r.Freeze) for r in front.itertuples() if r[-2] == "yes"} == on_front
+    for r in front.itertuples():
+        assert r.Mean == f"{100 * scores.loc[(r.Head, r.Freeze), 'mean']:.1f}"
+    (fig,) = drawn["cost_scatter"]  # training times 10–30 s: less than a decade, still legible
+    assert _overlapping_text(fig) == []
+
+
+def test_the_epoch_curves_plot_the_mean_of_the_selection_slice_that_history_holds(drawn):
+    rows = []
+    rng = np.random.default_rng(3)
+    for head, seed, epoch in itertools.product(HEADS, (1, 2, 3), (0, 1, 2)):
+        for split, metric in (("select", "accuracy"), ("select", "f1"), ("dev", "accuracy")):
+            value = rng.uniform(0.5, 0.9)
+            rows.append(
+                {
+                    "task": "sst2",
+                    "encoder": "minilm",
+                    "head": head,
+                    "head_label": head,
+                    "freeze_label": "frozen",
+                    "seed": seed,
+                    "train_size": np.nan,
+                    "epoch": epoch,
+                    "split": split,
+                    "metric": metric,
+                    "value": value,
+                }
+            )
+    history = pd.DataFrame(rows)
+    table = _table({(h, "frozen"): [0.7, 0.71, 0.72] for h in HEADS}, size=None)
+    ctx = _context(table, _run_scores(table), history=history)
+    section = curves_section(ctx)
+    assert section is not None
+    kept = history[(history["split"] == "select") & (history["metric"] == "accuracy")]
+    means = kept.groupby(["head_label", "epoch"])["value"].mean()
+    (ax,) = [a for a in drawn["curves"][0].axes if a.get_visible()]
+    lines = [ln for ln in ax.lines if ln.get_linestyle() == "-" and len(ln.get_xdata()) == 3]
+    assert len(lines) == len(HEADS)
+    plotted = {tuple(np.round(ln.get_ydata(), 6)) for ln in lines}
+    assert plotted == {tuple(np.round(100 * means[h].to_numpy(), 6)) for h in HEADS}
+    assert all(list(ln.get_xdata()) == [1, 2, 3] for ln in lines)  # epochs shown 1-based
+    (shown,) = _read_tables(section.body)
+    for row in shown.to_dict("records"):
+        assert [row[f"Epoch {e + 1}"] for e in range(3)] == [
+            f"{100 * means[(row['Head'], e)]:.1f}" for e in range(3)
+        ]
+    assert curves_section(_context(table, _run_scores(table))) is None  # no history
+
+
+#: Scores of one learning curve (frozen SST-2 at 100 and 400 examples) and a setting at one
+#: size (full, 1,000): (head, size) -> mean, with ±0.03 intervals.
+CURVE = {
+    ("linear", 100): 0.60,
+    ("bilstm", 100): 0.55,
+    ("pooler-random", 100): 0.58,
+    ("linear", 400): 0.70,
+    ("bilstm", 400): 0.80,
+    ("pooler-random", 400): 0.66,
+}
+
+
+def _curve_scores() -> pd.DataFrame:
+    rows = [
+        ("sst2", "frozen", size, head, "accuracy", m, m - 0.03, m + 0.03, 0.509)
+        for (head, size), m in CURVE.items()
     ]
-    sentence = curves_sentence(curve_leaders(table))
-    assert sentence is not None
-    assert (
-        "then `mean_linear` at 6,400 examples (with Holm over this curve's 8 comparisons, "
-        "significantly ahead of its runner-up only at 1,600 examples, tied at the other sizes; "
-        "no leader's mean beats the best constant prediction at 100 examples)" in sentence
+    rows += [
+        ("sst2", "full", 1000, head, "accuracy", m, m - 0.01, m + 0.01, 0.509)
+        for head, m in (("linear", 0.85), ("bilstm", 0.86))
+    ]
+    return _scores(rows)
+
+
+def _comparison(size, a, b, estimate, verdict, p):
+    """A comparisons row as the frame stores it (either orientation)."""
+    return {
+        "task": "sst2",
+        "encoder": "minilm",
+        "freeze_label": "frozen",
+        "train_size": size,
+        "head_a": a,
+        "head_b": b,
+        "mean_a": CURVE[(a, size)],
+        "mean_b": CURVE[(b, size)],
+        "estimate": estimate,
+        "low": estimate - 0.02,
+        "high": estimate + 0.01,
+        "verdict": verdict,
+        "p_holm": p,
+        "low90": np.nan,
+        "high90": np.nan,
+        "sim_low": np.nan,
+        "sim_high": np.nan,
+    }
+
+
+def test_the_size_section_plots_the_scores_and_reads_each_leader_from_the_comparisons():
+    scores = _curve_scores()
+    comparisons = pd.DataFrame(
+        [  # stored b − a where the best head is head_b: the section must flip them
+            _comparison(100, "pooler-random", "linear", -0.02, "worse", 0.04),
+            _comparison(100, "bilstm", "linear", -0.05, "worse", 0.001),
+            _comparison(400, "bilstm", "linear", 0.10, "better", 0.0001),
+            _comparison(400, "pooler-random", "bilstm", -0.14, "worse", 0.0001),
+        ]
     )
-
-
-def test_settings_that_differ_only_by_size_are_labelled_and_one_size_is_not(tmp_path):
-    table = _curve_table()
-    assert sized_settings(table) == {("sst2", "minilm", "frozen")}
-    out = tmp_path / "curve"
-    out.mkdir()
-    table.to_csv(out / "results.csv", index=False)
-    ctx = build_context(load_inputs(out))
-    frame = headline_frame(ctx)
-    assert frame["freeze_shown"].tolist() == [
-        "frozen, 100 examples",
-        "frozen, 400 examples",
-        "frozen, 1,600 examples",
-        "frozen, 6,400 examples",
-        "full",
-    ]
-    text = experiment_readme(out)
-    assert "- SST-2, frozen, 1,600 examples: bilstm scores 79.8 acc" in text
-    assert "| SST-2 | full | acc | bilstm |" in text  # one size: shown as before
-    sentence = curves_sentence(curve_leaders(table))
-    assert sentence is not None
-    assert "SST-2 frozen: `linear` from 100 to 400 examples, then `bilstm` at 1,600" in sentence
-    assert "The lead changes hands twice, 1 of 2 significantly" in sentence
-    assert (
-        "`mean_linear` overtakes `bilstm` by 0.4 points" in sentence
-        and "not significant" in sentence
+    ctx = _context(_table(), scores, comparisons)
+    section = training_size_section(ctx)
+    assert section is not None and section.id == "training-size"
+    (leaders,) = _read_tables(section.body)
+    assert leaders["Freeze"].tolist() == ["frozen, 100 examples", "frozen, 400 examples"]
+    at_100, at_400 = leaders.to_dict("records")
+    assert (at_100["Best"], at_100["Runner-up"], at_100["Verdict"]) == (
+        "linear",
+        "pooler-random",
+        "better",
     )
-    one_size = table[table["freeze_label"] == "full"]
-    assert curves_sentence(curve_leaders(one_size)) is None  # no curve: no sentence
-    heads = build(table, "heads", load_references())  # a heads table per size of a curve
-    assert [t.title for t in heads.tables] == [
-        "sst2 — minilm — 100 examples",
-        "sst2 — minilm — 400 examples",
-        "sst2 — minilm — 1,000 examples",
-        "sst2 — minilm — 1,600 examples",
-        "sst2 — minilm — 6,400 examples",
-    ]
-    glue = build(table, "glue", load_references()).tables[0]  # a row per head and size
-    assert [row[2] for row in glue.rows if row[1] == "bilstm"] == [
-        *(f"frozen, {n} examples" for n in ("100", "400", "1,600", "6,400")),
-        "full",
-    ]
-    assert len(glue.rows) == len(CURVE) + len(FULL)
+    assert (at_100["Difference"], at_100["Low"], at_100["High"]) == (
+        "2.0",
+        "1.0",
+        "4.0",
+    )  # −(−2 + [−2, +1])
+    assert (at_400["Best"], at_400["Runner-up"], at_400["Verdict"]) == (
+        "bilstm",
+        "linear",
+        "better",
+    )
+    assert (at_400["Difference"], at_400["Low"], at_400["High"], at_400["p (Holm)"]) == (
+        "10.0",
+        "8.0",
+        "11.0",
+        "0.0001",
+    )
+    fig = figures.curves(
+        scores[scores["freeze_label"] == "frozen"],
+        PALETTE,
+        False,
+        "train_size",
+        ["task", "encoder", "freeze_label"],
+    )
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [100, 400]
+    lines = {
+        tuple(np.round(ln.get_ydata(), 6))
+        for ln in ax.lines
+        if ln.get_linestyle() == "-" and len(ln.get_xdata()) == 2
+    }
+    assert lines == {
+        (round(100 * CURVE[(h, 100)], 6), round(100 * CURVE[(h, 400)], 6)) for h in HEADS
+    }
+    best = sorted(
+        (round(d.get_xdata()[0]), round(d.get_ydata()[0], 6))
+        for d in _dots(ax)
+        if d.get_markeredgecolor() == "black"
+    )
+    assert best == [(100, 60.0), (400, 80.0)]
+    (constant,) = _dashed(ax)
+    assert list(constant.get_ydata()) == pytest.approx([50.9, 50.9])
+    assert _overlapping_text(fig) == []
+    one_size = scores[scores["freeze_label"] == "full"]
+    assert training_size_section(_context(_table(), one_size, comparisons)) is None
 
 
-def test_the_budget_names_a_curves_sizes_once_and_does_not_call_them_unequal():
-    def record(task, head, size):
-        return {
-            "cell": {
-                "task": task,
-                "encoder": "m",
-                "head_label": head,
-                "freeze_label": "frozen",
-                "train_size": size,
-            },
-            "config": {
-                "search": {"name": "none"},
-                "selection": {"name": "heldout", "size": 490, "carve": "first"},
-                "trainer": {"max_epochs": 3},
-                "data": {"train_size": size},
-                "freeze": {"name": "frozen"},
-                "optim": {"frozen_head_lr": 0.001},
-            },
-        }
-
-    cells = [record(t, h, s) for t in ("sst2", "rte") for h in ("a", "b") for s in (100, 400)]
-    cells += [record("sst2", h, 1600) for h in ("a", "b")]
-    assert unequal_settings(cells) == []
-    lines = budget_lines(cells)
-    assert len(lines) == 2 and all("the same slice at every training size" in x for x in lines)
-    assert lines[0].startswith("frozen (rte):") and "100 or 400 training examples" in lines[0]
-    assert lines[1].startswith("frozen (sst2):") and "100, 400 or 1,600 training" in lines[1]
-    assert missing_heads(cells) == []  # every setting has both heads
-    partial = [*cells, record("sst2", "c", 1600), record("sst2", "c", 400)]
-    assert missing_heads(partial) == [
-        "rte / m / frozen / 100 examples: no c cells (its verdict compares the other 2 heads)",
-        "rte / m / frozen / 400 examples: no c cells (its verdict compares the other 2 heads)",
-        "sst2 / m / frozen / 100 examples: no c cells (its verdict compares the other 2 heads)",
-    ]
-    assert missing_heads([record("rte", "a", 100), record("sst2", "b", 100)]) == [
-        "rte / m / frozen: no b cells (its verdict compares one head)",
-        "sst2 / m / frozen: no a cells (its verdict compares one head)",
-    ]
-    cells[0]["config"]["optim"] = {"frozen_head_lr": 0.01}  # one head of one size differs
-    assert unequal_settings(cells) == [
-        "sst2 / m / frozen / 100 examples: unequal budgets (a: no tuning: one fixed "
-        "configuration (frozen_head_lr 0.01); b: no tuning: one fixed configuration "
-        "(frozen_head_lr 0.001))"
-    ]
+def test_sizes_split_the_panels_of_a_curve_and_only_there():
+    scores = _curve_scores()
+    assert sized_settings(scores) == {("sst2", "minilm", "frozen")}
+    groups = [(keys, size, len(rows)) for keys, size, rows in split_by_size(scores, ["task"])]
+    assert groups == [(("sst2",), 100, 3), (("sst2",), 400, 3), (("sst2",), 1000, 2)]
+    titles = [t for t, _ in figures.setting_panels(scores, multi=False)]
+    assert titles == ["SST-2 frozen 100", "SST-2 frozen 400", "SST-2 full"]
 
 
 # --- a real sweep, end to end ------------------------------------------------------------
@@ -440,33 +756,25 @@ def test_a_tiny_curve_sweep_runs_collects_and_reports_its_points(data_dir, tmp_p
             assert [p.name for p in trials.iterdir()] == ["trial=1"]
     # The sweep's end collected its results and wrote the report (report_file).
     assert (results / "results.csv").is_file()
-    soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
-    section = soup.find("section", id="training-size")
+    section = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").find(
+        "section", id="training-size"
+    )
     assert section is not None and section.select("figure > img")
-    tables = section.find_all("table")
-    header = [th.get_text() for th in tables[1].find("thead").find_all("th")]
-    rows = [
-        dict(zip(header, [td.get_text() for td in tr.find_all("td")], strict=True))
-        for tr in tables[1].find("tbody").find_all("tr")
-    ]
-    assert len(rows) == 6
-    for row in rows:
-        size = int(row["Training examples"].split()[0].replace(",", ""))
-        values = [
-            r["best"]["metrics"]["dev"]["accuracy"]
-            for r in found.values()
-            if r["cell"]["head_label"] == row["Head"] and r["cell"]["train_size"] == size
-        ]
-        assert row["Runs with a score"] == "2/2"
-        assert row["Mean"] == f"{100 * np.mean(values):.1f}"
-    leader_rows = tables[0].find("tbody").find_all("tr")
-    assert [tr.find_all("td")[2].get_text() for tr in leader_rows] == [
-        "40 examples",
-        "80 examples",
-        "160 examples",
-    ]
-    verdict = soup.find("section", id="headline").get_text()
-    assert "SST-2, frozen, 160 examples:" in verdict
+    (leaders,) = _read_tables(str(section))
+    assert leaders["Freeze"].tolist() == [f"frozen, {n} examples" for n in (40, 80, 160)]
+    for row, size in zip(leaders.to_dict("records"), (40, 80, 160), strict=True):
+        means = {
+            head: np.mean(
+                [
+                    r["best"]["metrics"]["dev"]["accuracy"]
+                    for r in found.values()
+                    if r["cell"]["head_label"] == head and r["cell"]["train_size"] == size
+                ]
+            )
+            for head in ("linear", "mean_linear")
+        }
+        assert row["Mean"] == f"{100 * max(means.values()):.1f}"
+        assert means[row["Best"]] == max(means.values())
 
 
 # --- the reference presets ---------------------------------------------------------------
@@ -594,38 +902,3 @@ def test_the_gpu_curve_preset_plans_and_passes_preflight(tmp_path):
         CONF, ["experiment=curves_sst2_rte_gpu", f"runs_dir={tmp_path}"], False, check_cell
     )
     assert len(cells) == 1400 and not [c for c in cells if c.problem]
-
-
-def test_the_curve_intervals_beside_holm_are_simultaneous_over_the_curve_family():
-    table = stats.normalize_table(_curve_table())
-    cells, comparisons = stats.cell_stats(table), stats.compare_heads(table)
-    leaders = leaders_of(cells, comparisons)
-    curve = leaders[leaders["freeze_label"] == "frozen"].set_index("train_size")
-    m = int(curve["n_comparisons"].iloc[0])
-    means = {key: np.mean(v) for key, v in CURVE.items()}
-    heads = ["linear", "bilstm", "mean_linear"]
-    for size, r in curve.iterrows():
-        order = sorted(heads, key=lambda h: (-round(means[(h, size)], 12), h))
-        test = sps.ttest_rel(CURVE[(order[0], size)], CURVE[(order[1], size)])
-        sim = test.confidence_interval(1 - 0.05 / m)
-        assert (r["margin_sim_low"], r["margin_sim_high"]) == pytest.approx((sim.low, sim.high))
-    at_6400 = curve.loc[6400]
-    change = sps.ttest_rel(CURVE[("mean_linear", 6400)], CURVE[("bilstm", 6400)])
-    sim = change.confidence_interval(1 - 0.05 / m)
-    assert (at_6400["change_sim_low"], at_6400["change_sim_high"]) == pytest.approx(
-        (sim.low, sim.high)
-    )
-    sentence = curves_sentence(leaders)
-    assert sentence is not None
-    assert (
-        f"`mean_linear` overtakes `bilstm` by 0.4 points (simultaneous 95% interval "
-        f"{100 * sim.low:.1f} to {100 * sim.high:.1f}, Holm over this curve's {m} "
-        "comparisons: p = "
-    ) in sentence
-    one = change.confidence_interval(0.95)
-    assert f"{100 * one.low:.1f} to {100 * one.high:.1f}" not in sentence
-    # without the simultaneous columns the sentence gives Holm's p alone, no interval
-    plain = curve_leaders(table)
-    bare = curves_sentence(plain.drop(columns=[c for c in plain if "_sim_" in c]))
-    assert bare is not None
-    assert f"overtakes `bilstm` by 0.4 points (Holm over this curve's {m} comparisons: p = " in bare

@@ -54,7 +54,13 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def experiment_frames(inputs: ReportInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The frames of some loaded results (as the report and ``collect`` compute them)."""
+    """The frames of some loaded results.
+
+    Those ``collect`` wrote beside them, else computed as ``collect`` and the report do.
+    """
+    stored = frames.read_frames(results_folder(inputs.source))
+    if stored is not None:
+        return stored
     command = str(inputs.launch.get("command") or "")
     return frames.from_results(inputs.table, inputs.predictions, inputs.cells, command)
 

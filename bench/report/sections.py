@@ -1,507 +1,200 @@
-"""Sections 2–6: heads × freezing, seed spread, cost vs score, layer choices, learning curves."""
+"""Sections: seed spread, cost vs score, learning curves by epoch and by training size."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
 import bench.report.figures as figures
-from bench.report.context import ReportContext, points, short_metric
-from bench.report.html import Section, esc, figure, paragraph, table
-from bench.report.layer_profile import profile_sentence
-from bench.report.style import svg_data_uri, task_title
+from bench.report.context import ReportContext
+from bench.report.html import Section, figure, frame_table
+from bench.report.style import sort_settings, svg_data_uri, task_title
 from bench.results import stats
-from bench.results.curves import freeze_text, whole_number
-from bench.results.references import lookup
-from bench.results.render import html_table
+from bench.results.curves import CURVE_KEYS, freeze_text, sized_settings, split_by_size
+from bench.results.display import points
+from bench.results.frames import oriented
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-from bench.results.geometry import geometry_rows
-from bench.results.table7_agreement import TABLE7_ROWS, TABLE7_TASK
-from bench.results.tables import GLUE_COLUMNS, build
-
-GLUE_TASKS = {task for task, _, _ in GLUE_COLUMNS}
-
-
-def _figure_or_note(fig: Figure | None, alt: str, caption: str) -> str:
-    if fig is None:
-        return paragraph("Nothing to plot for this source.", "note")
-    return figure(svg_data_uri(fig), alt, caption)
-
-
-# --------------------------------------------------------------------------- 2. heads × freezing
-
-
-def heads_section(ctx: ReportContext) -> Section:
-    """Grouped bars per task and the paper-style tables of ``python -m bench.results.tables``."""
-    parts = [
-        _figure_or_note(
-            figures.heads_bars(ctx.cells, ctx.palette, ctx.multi_encoder),
-            "Grouped bar charts of the main metric per head and freezing strategy",
-            "Bars: mean over seeds; error bars: 95% bootstrap CI of the mean (none with one "
-            "seed); dashed line: majority-class baseline. Failed runs are counted against the "
-            "best constant prediction, which can be higher: the tables below show both.",
-        )
-    ]
-    styles = ["heads"] + (["glue"] if GLUE_TASKS & set(ctx.inputs.table["task"]) else [])
-    for style in styles:
-        doc = build(ctx.inputs.table, style, ctx.inputs.refs)
-        parts.append(f"<h3>{esc(doc.title)}</h3>")
-        parts += [paragraph(note, "note") for note in doc.notes]
-        parts += [f'<div class="scroll">{html_table(t, heading="h4")}</div>' for t in doc.tables]
-    return Section("heads-freezing", "2. Heads × freezing", "\n".join(p for p in parts if p))
-
-
-# --------------------------------------------------------------------------- 3. seed spread
-
-
-def _reasons(group: pd.DataFrame) -> str:
-    counts = group.loc[group["failed"], "fail_reason"].value_counts()
-    return ", ".join(f"{n} {reason}" for reason, n in counts.items())
-
-
-def spread_rows(ctx: ReportContext) -> list[list[object]]:
-    """One row per setting: runs, failed runs and why, spread of the scores."""
-    rows = []
-    for keys, group in sorted(
-        ctx.runs.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])
-    ):
-        task, encoder, head, freeze, size = keys
-        values = group["value"].dropna()
-        rows.append(
-            [
-                task_title(task),
-                encoder,
-                head,
-                freeze_text(task, encoder, freeze, size, ctx.sized),
-                short_metric(group["metric"].iloc[0]),
-                len(group),
-                int(group["failed"].sum()),
-                _reasons(group),
-                points(values.min()) if len(values) else "",
-                points(values.median()) if len(values) else "",
-                points(values.max()) if len(values) else "",
-                points(values.std(ddof=1), 2) if len(values) > 1 else "",
-                " ".join(
-                    points(v) if pd.notna(v) else "–" for v in group.sort_values("seed")["value"]
-                ),
-            ]
-        )
-    return rows
-
-
-def spread_section(ctx: ReportContext) -> Section:
-    """Every seed per cell, failed runs marked and counted."""
-    runs = ctx.runs
-    n_failed = int(runs["failed"].sum())
-    rows = spread_rows(ctx)
-    parts = [
-        paragraph(
-            f"{n_failed} of {len(runs)} runs failed: they crashed or diverged (no score), or "
-            "scored at or below the best constant prediction (the best score one answer given "
-            "to every example reaches on the split: at least the majority-class baseline, 0 "
-            "for a correlation; the majority-class baseline where the results record no best "
-            "constant) — the 'F1 = 0' collapse. Failed runs stay in the statistics when they "
-            "have a score."
-        ),
-        _figure_or_note(
-            figures.seed_strips(runs, ctx.palette, ctx.multi_encoder),
-            "Strip plots of every seed per head and freezing strategy",
-            "One point per seed over a box (quartiles); failed runs in vermilion.",
-        ),
-        table(
-            [
-                "Task",
-                "Encoder",
-                "Head",
-                "Freeze",
-                "Metric",
-                "Runs",
-                "Failed",
-                "Why",
-                "Min",
-                "Median",
-                "Max",
-                "Std",
-                "Per seed",
-            ],
-            rows,
-            caption="Seed spread per cell (dev, ×100); rows with failed runs are highlighted.",
-            numeric=[5, 6, 8, 9, 10, 11],
-            row_classes=["failed" if r[6] else "" for r in rows],
-        ),
-    ]
-    parts += evp_parts(ctx)
-    return Section(
-        "seed-spread",
-        "3. Seed spread, failed runs and expected validation performance",
-        "\n".join(parts),
-    )
-
-
+GROUP, SETTING = stats.GROUP_KEYS, stats.SETTING_KEYS
+Formats = dict[str, Any]  # per column: a format string or a function of the value
 EVP_SEEDS = (1, 3, 5, 10)
+#: The training-size table: the best head's comparison with the runner-up (oriented a − b).
+LEADER_COLUMNS = [
+    *("head_a", "mean_a", "beats_all", "head_b", "mean_b", "estimate", "low", "high"),
+    *("verdict", "p_holm"),
+]
+LEADER_NAMES = [
+    *("Best", "Mean", "Beats all", "Runner-up", "Runner-up mean", "Difference", "Low", "High"),
+    *("Verdict", "p (Holm)"),
+]
+COST_NAMES = ["Mean", "Parameters", "Train s", "Front: parameters", "Front: time"]
+SPLIT_NAMES = {"select": "the selection slice held out from train (not dev)"}
 
 
-def evp_rows(ctx: ReportContext, evp: pd.DataFrame) -> list[list[object]]:
-    """One row per setting: expected best score after 1, 3, 5 and 10 seeds; best seen."""
-    best = ctx.runs.groupby(stats.GROUP_KEYS)["value"].max()
-    rows = []
-    for keys, group in sorted(evp.groupby(stats.GROUP_KEYS), key=lambda kg: ctx.sort_key(kg[0])):
-        task, encoder, head, freeze, size = keys
-        by_n = group.set_index("n_seeds")
-        n_max = int(by_n.index.max())
-        cells = [
-            f"{points(by_n.at[n, 'expected_max'])} ± {points(by_n.at[n, 'expected_max_std'], 2)}"
-            if n in by_n.index
-            else ""
-            for n in EVP_SEEDS
-        ]
-        shown = freeze_text(task, encoder, freeze, size, ctx.sized)
-        rows.append([task_title(task), encoder, head, shown, n_max, *cells, points(best[keys])])
-    return rows
+def _table(ctx: ReportContext, frame: pd.DataFrame, caption: str, formats: Formats) -> str:
+    """A frame with its setting keys (and head) shown as Task, Encoder, Freeze, Head."""
+    frame = sort_settings(frame)
+    shown = pd.DataFrame({"Task": frame["task"].map(task_title)}, index=frame.index)
+    if ctx.multi_encoder:
+        shown["Encoder"] = frame["encoder"]
+    keys = frame[SETTING].itertuples(index=False)
+    shown["Freeze"] = [freeze_text(t, e, f, s, ctx.sized) for t, e, f, s in keys]
+    if "head_label" in frame:
+        shown["Head"] = frame["head_label"]
+    out = pd.concat([shown, frame.drop(columns=[c for c in GROUP if c in frame])], axis=1)
+    return frame_table(out, caption, formats)
 
 
-def evp_parts(ctx: ReportContext) -> list[str]:
-    """Expected validation performance by number of seeds (Dodge et al. 2019), if N >= 2."""
-    evp = stats.expected_validation_performance(ctx.inputs.table)
-    fig = figures.evp_curves(evp, ctx.palette, ctx.multi_encoder)
-    if fig is None:
-        return []
-    rows = evp_rows(ctx, evp)
-    return [
-        "<h3>Expected validation performance</h3>",
-        paragraph(
-            "What a practitioner who tries n seeds and keeps the best should expect (Dodge et al."
-            " 2019, 'Show your work'): the expected maximum of n draws from each setting's "
-            "observed dev scores, exact over the empirical distribution, with its standard "
-            "deviation. Runs without a score (crashed, diverged) are left out; failed runs "
-            "with a score count. A head that wins at n = 1 but not at n = 10 is a head whose "
-            "advantage is luck of the seed."
-        ),
-        figure(
-            svg_data_uri(fig),
-            "Expected best dev score against number of seeds, per head and freezing strategy",
-            "Lines: expected best of n seeds; bands: ± one standard deviation of that best; "
-            "solid = full fine-tuning, dashed = other strategies.",
-        ),
-        table(
-            [
-                "Task",
-                "Encoder",
-                "Head",
-                "Freeze",
-                "Seeds",
-                *[f"n = {n}" for n in EVP_SEEDS],
-                "Best seen",
-            ],
-            rows,
-            caption="Expected best dev score (×100) after n seeds ± its standard deviation; "
-            "empty where fewer seeds ran.",
-            numeric=[4, 5, 6, 7, 8, 9],
-        ),
-    ]
+def _yes(flag: object) -> str:
+    return "yes" if flag else ""
 
 
-# --------------------------------------------------------------------------- 4. cost vs score
+SPREAD_FORMATS: Formats = dict.fromkeys(["Min", "Median", "Max", "SD"], points)
+YES: Formats = dict.fromkeys(["Front: parameters", "Front: time"], _yes)
+LEADER_FORMATS: Formats = dict.fromkeys(
+    ["Mean", "Runner-up mean", "Difference", "Low", "High"], points
+)
+LEADER_FORMATS |= {"p (Holm)": "{:.2g}", "Beats all": _yes}
 
 
-def cost_frame(ctx: ReportContext) -> pd.DataFrame:
-    """Per setting: mean score, mean trainable parameters and training time, Pareto flags."""
-    per_run = ctx.inputs.table.drop_duplicates(subset=stats.RUN_KEYS)
-    costs = per_run.groupby(stats.GROUP_KEYS)[["trainable_params", "train_time_s"]].mean()
-    frame = ctx.cells.merge(costs.reset_index(), on=stats.GROUP_KEYS, how="left")
-    frame["pareto_params"] = False
-    frame["pareto_time"] = False
-    for _, group in figures.panels(frame):
-        frame.loc[group.index, "pareto_params"] = figures.pareto_mask(
-            group["trainable_params"], group["mean"]
-        )
-        frame.loc[group.index, "pareto_time"] = figures.pareto_mask(
-            group["train_time_s"], group["mean"]
-        )
-    return frame
+def _figure(fig: object, alt: str, caption: str) -> str:
+    return "" if fig is None else figure(svg_data_uri(fig), alt, caption)  # type: ignore[arg-type]
 
 
-def cost_section(ctx: ReportContext) -> Section:
-    """Score against trainable parameters and training time, with the Pareto front."""
-    frame = cost_frame(ctx)
-    front = frame[frame["pareto_params"] | frame["pareto_time"]]
-    rows = [
-        [
-            task_title(r["task"]),
-            r["encoder"],
-            r["head_label"],
-            ctx.freeze_text(r),
-            points(r["mean"]),
-            f"{r['trainable_params']:,.0f}" if pd.notna(r["trainable_params"]) else "",
-            f"{r['train_time_s']:.1f}" if pd.notna(r["train_time_s"]) else "",
-            " + ".join(
-                n for n, f in (("parameters", r["pareto_params"]), ("time", r["pareto_time"])) if f
-            ),
-        ]
-        for _, r in front.iterrows()
-    ]
-    parts = [
-        paragraph(
-            "A setting is on the Pareto front when no other setting of the same task scores "
-            "at least as well for less: fewer trainable parameters (left) or less training "
-            "time per run (right). Times are wall-clock seconds of training on the machine "
-            "that ran the cell (see Provenance)."
-        ),
-        _figure_or_note(
-            figures.cost_scatter(frame, ctx.palette, ctx.multi_encoder),
-            "Scatter plots of score against trainable parameters and training time",
-            "Mean dev score per setting against its cost; outlined points and the dashed step "
-            "form the Pareto front.",
-        ),
-        table(
-            [
-                "Task",
-                "Encoder",
-                "Head",
-                "Freeze",
-                "Mean",
-                "Trainable params",
-                "Train s",
-                "Pareto-optimal in",
-            ],
-            rows,
-            caption="Pareto-optimal settings per task (dev, ×100).",
-            numeric=[4, 5, 6],
-        ),
-    ]
-    return Section("cost", "4. Cost vs score", "\n".join(parts))
+def _reasons(reasons: pd.Series) -> str:
+    return ", ".join(f"{n} {r}" for r, n in reasons[reasons != ""].value_counts().items())
 
 
-# --------------------------------------------------------------------------- 5. layer analysis
-
-
-def layer_frame(ctx: ReportContext) -> pd.DataFrame:
-    """Bars of the layer figure: ours (dev/test) and published numbers per layer choice.
-
-    A layer group is a (task, encoder, head, freeze) with at least two layer choices;
-    a fine-tuned linear-head cell of the same task and encoder is added as ``finetune``
-    (BERT's Table 7 layout).
-    """
-    table = ctx.inputs.table
-    splits = [s for s in ("dev", "test") if (table["split"] == s).any()]
-    per_split = {s: stats.cell_stats(table, split=s) for s in splits}
-    dev = per_split["dev"] if "dev" in per_split else pd.DataFrame()
-    rows = []
-    if dev.empty:
-        return pd.DataFrame()
-    for (task, encoder, head, freeze), group in dev.groupby(["task", "encoder", "head", "freeze"]):
-        choices = group["layers"].dropna()
-        if choices.nunique() < 2:
-            continue
-        name = f"{head} · {freeze}"
-        fine = dev[
-            (dev["task"] == task)
-            & (dev["encoder"] == encoder)
-            & (dev["freeze"] == "full")
-            & (dev["head"] == "linear")
-        ]
-        # Table 7's reference row: the one fine-tuned linear cell of the task, if that is
-        # what it is (a sweep of layer choices under fine-tuning is a group of its own).
-        members = [("finetune", fine.iloc[0])] if len(fine) == 1 and freeze != "full" else []
-        paper_order = [name for name, _ in TABLE7_ROWS]
-        layer_rows = sorted(
-            ((str(r["layers"]), r) for _, r in group.iterrows()),
-            key=lambda item: (
-                paper_order.index(item[0]) if item[0] in paper_order else len(paper_order),
-                item[0],
-            ),
-        )
-        members += layer_rows
-        for choice, r in members:
-            for split in splits:
-                s = per_split[split]
-                hit = s[
-                    (s["task"] == task)
-                    & (s["encoder"] == encoder)
-                    & (s["head_label"] == r["head_label"])
-                    & (s["freeze_label"] == r["freeze_label"])
-                ]
-                if hit.empty:
-                    continue
-                h = hit.iloc[0]
-                rows.append(
-                    {
-                        "task": task,
-                        "encoder": encoder,
-                        "group": name,
-                        "choice": choice,
-                        "series": f"ours, {split}",
-                        "value": h["mean"],
-                        "err_low": h["mean"] - h["min"],
-                        "err_high": h["max"] - h["mean"],
-                        "metric": h["metric"],
-                        "n": h["n"],
-                    }
-                )
-            refs = ctx.inputs.refs
-            for _, ref in refs[(refs["task"] == task) & (refs["setting"] == choice)].iterrows():
-                found = lookup(refs, ref["encoder"], task, choice, ref["split"])
-                if found.empty or ref["metric"] != r["metric"]:
-                    continue
-                rows.append(
-                    {
-                        "task": task,
-                        "encoder": encoder,
-                        "group": name,
-                        "choice": choice,
-                        "series": f"{ref['model']} ({ref['source']}), {ref['split']}",
-                        "value": ref["value"] / 100,
-                        "err_low": 0.0,
-                        "err_high": 0.0,
-                        "metric": ref["metric"],
-                        "n": np.nan,
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
-def layer_section(ctx: ReportContext) -> Section:
-    """Score by layer choice with the paper's numbers beside ours (when the sweep has them)."""
-    frame = layer_frame(ctx)
-    title = "5. Layer analysis"
-    if frame.empty:
-        return Section(
-            "layers",
-            title,
-            paragraph(
-                "This sweep has no layer choices (every cell of a head and freezing strategy "
-                "reads the same layers), so there is nothing to compare here. Sweep "
-                "head.layers (e.g. experiment=bert_table7) to fill this section."
-            ),
-        )
-    parts = [
-        paragraph(
-            "Score by layer choice, frozen features into the same head, with a fine-tuned "
-            "linear head as the reference row, as in BERT's Table 7. Published numbers are "
-            "for the encoder named in the legend: where it differs from ours, compare the "
-            "pattern across layer choices, not the absolute level."
-        ),
-        _figure_or_note(
-            figures.layer_bars(frame, ctx.multi_encoder),
-            "Bar charts of the score by layer choice with published numbers",
-            "Ours: mean over seeds, error bars min–max; grey: published numbers.",
-        ),
-    ]
-    profile = profile_sentence(ctx.inputs.table, ctx.inputs.refs, ctx.inputs.geometry)
-    if profile is not None:  # a per-layer probe: what it and the geometry show
-        parts.append(f"<h3>Layer profile</h3>{paragraph(profile)}")
-        if ctx.inputs.geometry is not None:
-            geo = geometry_rows(ctx.inputs.geometry)
-            parts.append(
-                table(
-                    ["Layer", "Sentence share", "Word-to-sentence cosine", "Cross-sentence cosine"],
-                    [
-                        [
-                            int(g["layer"]),
-                            f"{g['sentence_share']:.3f}",
-                            f"{g['word_to_sentence_cos']:.3f}",
-                            f"{g['anisotropy']:.3f}",
-                        ]
-                        for _, g in geo.iterrows()
-                    ],
-                    caption=(
-                        "Geometry of each layer's word states on the selection slice "
-                        "(python -m bench.run.geometry): the share of their variance between "
-                        "sentences, and mean cosines of a word to its sentence's mean and "
-                        "of two words of different sentences."
-                    ),
-                    numeric=[0, 1, 2, 3],
-                )
-            )
-    if TABLE7_TASK in set(frame["task"]):
-        doc = build(ctx.inputs.table, "table7", ctx.inputs.refs)
-        parts.append(f"<h3>{esc(doc.title)}</h3>")
-        parts += [f'<div class="scroll">{html_table(t, heading="h4")}</div>' for t in doc.tables]
-    ours = frame[frame["series"].str.startswith("ours")]
-    rows = [
-        [
-            task_title(r["task"]),
-            r["encoder"],
-            r["group"],
-            r["choice"],
-            r["series"],
-            points(r["value"]),
-            "" if pd.isna(r["n"]) else int(r["n"]),
-        ]
-        for _, r in ours.iterrows()
-    ]
-    parts.append(
-        table(
-            ["Task", "Encoder", "Group", "Layers", "Series", "Mean", "Seeds"],
-            rows,
-            caption="Mean score by layer choice (×100).",
-            numeric=[5, 6],
-        )
+def spread_section(ctx: ReportContext) -> Section | None:
+    """Every run per head and setting, the spread over seeds, and the expected best of n."""
+    runs = ctx.runs
+    if runs.empty:
+        return None
+    spread = runs.groupby(GROUP).agg(
+        Runs=("value", "size"),
+        Failed=("failed", "sum"),
+        Why=("fail_reason", _reasons),
+        **{c.title(): ("value", c) for c in ("min", "median", "max")},
+        SD=("value", "std"),
     )
-    return Section("layers", title, "\n".join(parts))
-
-
-# --------------------------------------------------------------------------- 6. learning curves
-
-
-def curve_frame(ctx: ReportContext) -> pd.DataFrame:
-    """Per-epoch dev values of each task's main metric, with the run keys."""
-    history = ctx.inputs.history
-    if history.empty:
-        return history
-    main = ctx.inputs.table.dropna(subset=["main_metric"]).drop_duplicates("task")
-    wanted = dict(zip(main["task"], main["main_metric"], strict=True))
-    keep = (history["split"] == "dev") & (history["metric"] == history["task"].map(wanted))
-    frame = history[keep].copy()
-    frame["train_size"] = [whole_number(v) for v in frame["train_size"]]  # NA: whole split
-    return frame
-
-
-def curves_section(ctx: ReportContext) -> Section:
-    """Dev main metric after each epoch, per setting."""
-    frame = curve_frame(ctx)
-    if frame.empty:
-        return Section(
-            "curves",
-            "6. Learning curves",
-            paragraph(
-                "No per-epoch history in this source (results collected before "
-                "history.csv existed, or no cell finished an epoch)."
-            ),
-        )
-    epochs = sorted(frame["epoch"].dropna().astype(int).unique())
-    rows = []
-    groups = frame.groupby(stats.GROUP_KEYS)
-    for (task, encoder, head, freeze, size), group in sorted(
-        groups, key=lambda kg: ctx.sort_key(kg[0])
-    ):
-        means = group.groupby("epoch")["value"].mean()
-        rows.append(
-            [
-                task_title(task),
-                encoder,
-                head,
-                freeze_text(task, encoder, freeze, size, ctx.sized),
-                group["seed"].nunique(),
-                *[points(means.get(e, np.nan)) for e in epochs],
-            ]
-        )
     parts = [
-        _figure_or_note(
-            figures.learning_curves(frame, ctx.palette, ctx.multi_encoder),
-            "Learning curves of the dev main metric per epoch",
-            "Line: mean over seeds; band: min–max over seeds; colour = head, line style and "
-            "marker = freezing strategy.",
+        _figure(
+            figures.seed_strips(runs, ctx.palette, ctx.multi_encoder),
+            "Every run's dev score per head and setting",
+            f"Every run on dev ({int(runs['failed'].sum())} of {len(runs)} failed: ×, or ▼ "
+            "without a score); grey dashed: the best constant.",
         ),
-        table(
-            ["Task", "Encoder", "Head", "Freeze", "Seeds", *[f"Epoch {e + 1}" for e in epochs]],
-            rows,
-            caption="Mean dev main metric after each epoch (×100).",
-            numeric=list(range(4, 5 + len(epochs))),
+        _table(ctx, spread.reset_index(), "Dev scores over seeds (×100).", SPREAD_FORMATS),
+    ]
+    evp = stats.expected_validation_performance(ctx.inputs.table)
+    if evp["n_seeds"].max() > 1:
+        evp = evp[evp["n_seeds"].isin(EVP_SEEDS)]
+        cell = [
+            points(m) + f" ± {100 * s:.2f}"
+            for m, s in evp[["expected_max", "expected_max_std"]].to_numpy()
+        ]
+        wide = evp.assign(cell=cell).pivot(index=GROUP, columns="n_seeds", values="cell")
+        seen = runs.groupby(GROUP)["value"].agg(Seeds="count", best="max")
+        wide = seen[["Seeds"]].join(wide.rename(columns=lambda n: f"n = {n}").fillna(""))
+        wide["Best seen"] = seen["best"]
+        caption = "Expected best dev score (×100) of n seeds ± its SD (Dodge et al. 2019)."
+        parts.append(_table(ctx, wide.reset_index(), caption, {"Best seen": points}))
+    return Section("seed-spread", "Seed spread", "\n".join(parts))
+
+
+def cost_section(ctx: ReportContext) -> Section | None:
+    """Mean score against trainable parameters and training time, with the Pareto front."""
+    per_run = ctx.inputs.table.drop_duplicates(subset=stats.RUN_KEYS)
+    costs = per_run.groupby(GROUP)[list(figures.COST_AXES)].mean().reset_index()
+    frame = ctx.scores.merge(costs, on=GROUP).dropna(subset=["mean"])
+    if frame[list(figures.COST_AXES)].isna().all().all():
+        return None
+    flags = [f"pareto_{c}" for c in figures.COST_AXES]
+    for column, flag in zip(figures.COST_AXES, flags, strict=True):
+        frame[flag] = False
+        for _, _, rows in split_by_size(frame, ["task", "encoder"]):
+            frame.loc[rows.index, flag] = figures.pareto_mask(rows[column], rows["mean"])
+    front = frame[frame[flags].any(axis=1)]
+    names = dict(zip(["mean", *figures.COST_AXES, *flags], COST_NAMES, strict=True))
+    table = front[[*GROUP, *names]].rename(columns=names)
+    parts = [
+        _figure(
+            figures.cost_scatter(frame, ctx.palette, ctx.multi_encoder),
+            "Mean dev score against trainable parameters and training time",
+            "Mean dev score per head against its cost; black edge and dashed step: the Pareto "
+            "front; grey dashed: the best constant.",
+        ),
+        _table(
+            ctx,
+            table,
+            "Heads no other of the task beats at equal or lower cost (dev, ×100).",
+            {"Mean": points, "Parameters": "{:,.0f}", "Train s": "{:.1f}"} | YES,
         ),
     ]
-    return Section("curves", "6. Learning curves", "\n".join(parts))
+    return Section("cost", "Cost vs score", "\n".join(parts))
+
+
+def curves_section(ctx: ReportContext) -> Section | None:
+    """Each head's main metric after each epoch (``history.csv``), per setting."""
+    history = ctx.inputs.history
+    if history.empty or ctx.scores.empty:
+        return None
+    main = ctx.scores.drop_duplicates("task").set_index("task")["metric"]
+    history = history[history["metric"] == history["task"].map(main)]
+    if history.empty:
+        return None
+    split = "select" if (history["split"] == "select").any() else str(history["split"].iloc[0])
+    history = stats.fill_axes(history[history["split"] == split], ("train_size",))
+    history = history.assign(epoch=history["epoch"].astype(int) + 1)
+    curve = history.groupby([*GROUP, "epoch"])["value"].agg(mean="mean", low="min", high="max")
+    curve = curve.reset_index().assign(metric=lambda f: f["task"].map(main))
+    wide = curve.pivot(index=GROUP, columns="epoch", values="mean").rename(
+        columns=lambda e: f"Epoch {e}"
+    )
+    where = SPLIT_NAMES.get(split, split)
+    parts = [
+        _figure(
+            figures.curves(curve, ctx.palette, ctx.multi_encoder, "epoch"),
+            f"Main metric on {split} after each epoch, per head and setting",
+            f"Main metric on {where} after each epoch: line = mean over seeds, band = min–max.",
+        ),
+        _table(
+            ctx,
+            wide.reset_index(),
+            f"Mean main metric on {where} after each epoch (×100).",
+            dict.fromkeys(wide.columns, points),
+        ),
+    ]
+    return Section("curves", "Learning curves by epoch", "\n".join(parts))
+
+
+def training_size_section(ctx: ReportContext) -> Section | None:
+    """Score against training size per head, and the best head at each size."""
+    sized = sized_settings(ctx.scores)
+    if not sized:
+        return None
+    keep = [tuple(map(str, k)) in sized for k in ctx.scores[CURVE_KEYS].itertuples(index=False)]
+    sized_scores = ctx.scores[keep]
+    best = sized_scores[sized_scores["best"]]
+    found = [oriented(ctx.comparisons, head) for head in best["head_label"].unique()]
+    mine = best[[*SETTING, "head_label", "beats_all"]].rename(columns={"head_label": "head_a"})
+    vs = pd.concat(found or [ctx.comparisons.iloc[:0]]).merge(mine, on=[*SETTING, "head_a"])
+    table = vs.sort_values("mean_b", ascending=False).drop_duplicates(SETTING)
+    names = dict(zip(LEADER_COLUMNS, LEADER_NAMES, strict=True))
+    table = table[[*SETTING, *names]].rename(columns=names)
+    curve = sized_scores[sized_scores["train_size"] != stats.WHOLE_SPLIT]
+    parts = [
+        _figure(
+            figures.curves(curve, ctx.palette, ctx.multi_encoder, "train_size", CURVE_KEYS),
+            "Dev score against training size per head, one panel per learning curve",
+            "Mean dev score and its 95% interval per training size; black edge: the best head "
+            "at that size; grey dashed: the best constant.",
+        ),
+        _table(
+            ctx,
+            table,
+            "Best head at each size against the runner-up (dev, ×100; the verdict's interval).",
+            LEADER_FORMATS,
+        ),
+    ]
+    return Section("training-size", "Score by training size", "\n".join(parts))

@@ -1,9 +1,4 @@
-"""Shared look of every report figure: palette, head colours, labels, SVG embedding.
-
-Colours are the Okabe–Ito palette (distinguishable with the common colour-vision
-deficiencies). A head keeps the same colour in every figure of a report; freezing
-strategies are told apart by marker and line style, never by colour alone.
-"""
+"""The figures' look: head colours (Okabe–Ito), freeze markers, labels, order, SVG."""
 
 from __future__ import annotations
 
@@ -16,43 +11,30 @@ import matplotlib
 matplotlib.use("Agg")  # no display; must precede pyplot
 
 import matplotlib.pyplot as plt
+import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.axes.freezing import freeze_rank
-from bench.results.tables import HEAD_ORDER
+from bench.axes.heads import head_order
+from bench.results.curves import size_key
+from bench.results.display import TASK_NAMES
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 FAILED_COLOUR = "#D55E00"
+CONSTANT_COLOUR = "#555555"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-LINESTYLES = ["-", "--", ":", "-."]
-TASK_TITLES = {
-    "cola": "CoLA",
-    "sst2": "SST-2",
-    "mrpc": "MRPC",
-    "stsb": "STS-B",
-    "qqp": "QQP",
-    "mnli": "MNLI",
-    "qnli": "QNLI",
-    "rte": "RTE",
-    "wnli": "WNLI",
-    "conll2003": "CoNLL-2003",
-}
 METRIC_TITLES = {
     "accuracy": "accuracy (%)",
     "f1": "F1 (%)",
-    "mcc": "Matthews corr. (×100)",
+    "mcc": "MCC (×100)",
     "pearson": "Pearson r (×100)",
     "spearman": "Spearman ρ (×100)",
-    "precision": "precision (%)",
-    "recall": "recall (%)",
 }
 STYLE = {
     "svg.fonttype": "none",  # text stays text (small files, selectable, escaped by matplotlib)
-    # ids of clip paths and markers from their content, not a random salt: a report built
-    # again from the same results has the same figures (committed reports diff where changed)
-    "svg.hashsalt": "headbench",
+    "svg.hashsalt": "headbench",  # stable ids: a report built again diffs only where changed
     "font.size": 9,
-    "axes.titlesize": 9.5,
+    "axes.titlesize": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
@@ -65,14 +47,31 @@ STYLE = {
 
 def ordered(values: Iterable[str], preferred: list[str]) -> list[str]:
     """Unique values: those in ``preferred`` first (in its order), the rest sorted."""
-    unique = {str(v) for v in values}
     rank = {v: i for i, v in enumerate(preferred)}
-    return sorted(unique, key=lambda v: (rank.get(v, len(rank)), v))
+    return sorted({str(v) for v in values}, key=lambda v: (rank.get(v, len(rank)), v))
 
 
-def ordered_freezes(values: Iterable[str]) -> list[str]:
-    """Unique freeze labels from the least trained to the most (the strategy registry's order)."""
-    return sorted({str(v) for v in values}, key=freeze_rank)
+def _rank(column: pd.Series) -> pd.Series:
+    if column.name == "freeze_label":
+        return column.map(freeze_rank)
+    if column.name == "train_size":
+        return column.map(size_key)
+    if column.name == "head_label":
+        return column.map({h: i for i, h in enumerate(ordered(column, head_order()))})
+    return column
+
+
+def sort_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in report order: task, encoder, least trained freeze first, size ascending, head."""
+    keys = [
+        k for k in ("task", "encoder", "freeze_label", "train_size", "head_label") if k in frame
+    ]
+    return frame.sort_values(keys, key=_rank, kind="stable")
+
+
+def setting_order(frame: pd.DataFrame, keys: list[str]) -> list[tuple]:
+    """The unique values of ``keys`` (columns of :func:`sort_settings`) in report order."""
+    return list(sort_settings(frame[keys].drop_duplicates()).itertuples(index=False, name=None))
 
 
 class Palette:
@@ -84,11 +83,10 @@ class Palette:
     """
 
     def __init__(self, heads: Iterable[str], freezes: Iterable[str]) -> None:
-        self.heads = ordered(heads, HEAD_ORDER)
-        self.freezes = ordered_freezes(freezes)
+        self.heads = ordered(heads, head_order())
+        self.freezes = sorted({str(f) for f in freezes}, key=freeze_rank)
         self._colour = {h: OKABE_ITO[i % len(OKABE_ITO)] for i, h in enumerate(self.heads)}
         self._marker = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(self.freezes)}
-        self._line = {f: LINESTYLES[i % len(LINESTYLES)] for i, f in enumerate(self.freezes)}
 
     def colour(self, head: str) -> str:
         """The head's colour."""
@@ -98,14 +96,10 @@ class Palette:
         """The freezing strategy's marker."""
         return self._marker.get(str(freeze), "o")
 
-    def linestyle(self, freeze: str) -> str:
-        """The freezing strategy's line style."""
-        return self._line.get(str(freeze), "-")
-
 
 def task_title(task: str) -> str:
     """Display name of a task (``sst2`` → ``SST-2``)."""
-    return TASK_TITLES.get(str(task), str(task))
+    return TASK_NAMES.get(str(task), str(task))
 
 
 def metric_title(metric: str) -> str:
@@ -113,30 +107,9 @@ def metric_title(metric: str) -> str:
     return METRIC_TITLES.get(str(metric), f"{metric} (×100)")
 
 
-def _span(counts: Iterable[int], noun: str) -> str:
-    """``3 seeds``, ``1 seed`` or ``2–3 seeds``; ``no seeds`` for no counts."""
-    values = sorted({int(c) for c in counts})
-    if not values:
-        return f"no {noun}s"
-    if len(values) == 1:
-        return f"{values[0]} {noun}{'s' if values[0] != 1 else ''}"
-    return f"{values[0]}–{values[-1]} {noun}s"
-
-
-def seeds_text(counts: Iterable[int]) -> str:
-    """``3 seeds per cell`` or ``2–3 seeds per cell`` for the per-cell seed counts."""
-    text = _span(counts, "seed")
-    return text if text == "no seeds" else f"{text} per cell"
-
-
-def orders_text(counts: Iterable[int]) -> str:
-    """``5 batch orders`` or ``3–5 batch orders`` for the per-cell order-seed counts."""
-    return _span(counts, "batch order")
-
-
 def new_figure(width: float, height: float) -> Figure:
     """A figure with the report's style (width and height in inches)."""
-    plt.rcParams.update(STYLE)  # type: ignore[arg-type]  # matplotlib types keys as literals  # the report owns matplotlib's state in its process
+    plt.rcParams.update(STYLE)  # type: ignore[arg-type]  # the report owns matplotlib's state
     return plt.figure(figsize=(width, height), layout="constrained")
 
 
