@@ -25,7 +25,17 @@ from bench.results.run_records import log_launch_event
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
-SECTIONS = ["answer-section", "verdicts", "seed-spread", "cost", "layers", "curves", "provenance"]
+SECTIONS = [
+    "answer-section",
+    "verdicts",
+    "budget",
+    "seed-spread",
+    "cost",
+    "layers",
+    "curves",
+    "provenance",
+]
+WITH_FIGURES = ["answer-section", "seed-spread", "cost", "curves"]
 SST2_BASELINE = 0.509
 # sst2 dev accuracy per (head label, freeze) and seed 1..3; None = the run crashed/diverged.
 SST2 = {
@@ -156,7 +166,7 @@ def _table_with(section, *headers):
 def test_every_section_is_there_with_an_embedded_svg_figure(report):
     _, soup = report
     assert [s["id"] for s in soup.find_all("section")] == SECTIONS
-    for sid in SECTIONS:
+    for sid in WITH_FIGURES:
         images = _section(soup, sid).select("figure > img")
         assert images, f"section {sid} has no figure"
         for img in images:
@@ -219,7 +229,7 @@ def test_every_verdict_and_its_holm_p_match_scipy_and_statsmodels(report):
     header, rows = _table_with(section, "A", "B", "Holm p", "Verdict")
     every = {(r[0], r[2], r[3]): dict(zip(header, r, strict=True)) for r in rows}
     # the pairs with a test, Holm'd together (one family: no studies); SST-2 full against
-    # EVIL has one paired seed, CoNLL frozen constant differences... each gets its own p
+    # EVIL has one paired seed and CoNLL frozen constant differences: no test
     frozen, full = ("SST-2 frozen", "frozen"), ("SST-2 full", "full")
     pairs = {
         (name, a, b): (SST2[(a, freeze)], SST2[(b, freeze)])
@@ -233,16 +243,17 @@ def test_every_verdict_and_its_holm_p_match_scipy_and_statsmodels(report):
     raw = {k: ttest_rel(a, b).pvalue for k, (a, b) in pairs.items()}
     conll = [v[0] for v in CONLL[("bilstm", "frozen", "last")]]
     concat = [v[0] for v in CONLL[("bilstm", "frozen", "concat_last4")]]
-    raw[("CoNLL-2003 frozen", "bilstm-last", "bilstm-concat_last4")] = ttest_rel(
-        conll, concat
-    ).pvalue
     holm = dict(zip(raw, multipletests(list(raw.values()), method="holm")[1], strict=True))
     for key, p in holm.items():
         row = every[key]
         assert row["Holm p"] == f"{p:.2g}", key
-        d = np.subtract(*pairs[key]).mean() if key in pairs else np.mean(conll) - np.mean(concat)
+        d = np.subtract(*pairs[key]).mean()
         expected = "inconclusive" if p >= 0.05 else ("better" if d > 0 else "worse")
         assert row["Verdict"] == expected and row["A − B"] == f"{100 * d:+.1f}", key
+    untested = every[("CoNLL-2003 frozen", "bilstm-concat_last4", "bilstm-last")]
+    gap = 100 * (np.mean(concat) - np.mean(conll))
+    assert untested["Holm p"] == "–" and untested["A − B"] == f"{gap:+.1f}"
+    assert untested["Verdict"].startswith("inconclusive (no spread")
     # one p per comparison on the page: only the every-comparison table shows p-values
     p_tables = [t for t in soup.find_all("table") if "Holm p" in t.get_text()]
     assert len(p_tables) == 1
@@ -251,41 +262,21 @@ def test_every_verdict_and_its_holm_p_match_scipy_and_statsmodels(report):
 def test_seed_spread_counts_failed_runs_per_cell(report):
     _, soup = report
     header, rows = _table_with(_section(soup, "seed-spread"), "Failed", "Why")
-    evil = [dict(zip(header, r, strict=True)) for r in rows if r[2] == EVIL and r[3] == "full"]
-    assert len(evil) == 1
-    assert evil[0]["Runs"] == "3" and evil[0]["Failed"] == "3"
-    assert set(evil[0]["Why"].split(", ")) == {"1 failed", "1 diverged", "1 at or below baseline"}
-    ok = [dict(zip(header, r, strict=True)) for r in rows if r[2] == "bilstm" and r[3] == "frozen"]
-    assert ok[0]["Failed"] == "0" and ok[0]["Per seed"] == "80.0 83.0 86.0"
-
-
-def test_failed_runs_are_described_by_the_threshold_the_counts_use(report):
-    """Failures are counted against the best constant (here: none recorded, so the baseline)."""
-    _, soup = report
-    spread = _section(soup, "seed-spread").find("p").get_text()
-    assert "at or below the best constant prediction" in spread
-    assert "the majority-class baseline where the results record no best constant" in spread
-    heads = _section(soup, "heads-freezing")
-    legend = heads.find("p", class_="note").get_text()
-    assert "at or below the best constant prediction" in legend
-    assert "at or below the majority-class baseline (a correlation" not in legend
-    # these hand-made results record no best constant: the SST-2 table says the baseline ruled
-    notes = [p.get_text() for p in heads.find_all("p")]
-    assert any(
-        n.startswith(
-            f"Majority-class baseline: {100 * SST2_BASELINE:.1f} (these results record "
-            "no best constant prediction: runs at or below the baseline count as failed"
-        )
-        for n in notes
-    )
+    by = {(r[2], r[1]): dict(zip(header, r, strict=True)) for r in rows}
+    evil = by[(EVIL, "full")]
+    assert evil["Runs"] == "3" and evil["Failed"] == "3"
+    assert set(evil["Why"].split(", ")) == {"1 failed", "1 diverged", "1 at or below baseline"}
+    ok = by[("bilstm", "frozen")]
+    values = SST2[("bilstm", "frozen")]
+    assert ok["Failed"] == "0" and ok["Median"] == f"{100 * np.median(values):.1f}"
+    assert ok["SD"] == f"{100 * np.std(values, ddof=1):.1f}"
 
 
 def _brute_force_expected_max(values, n):
     """Mean of max over every ordered n-tuple drawn with replacement (independent of stats)."""
     import itertools
 
-    tuples = list(itertools.product(values, repeat=n))
-    maxima = [max(t) for t in tuples]
+    maxima = [max(t) for t in itertools.product(values, repeat=n)]
     return float(np.mean(maxima)), float(np.std(maxima))
 
 
@@ -293,77 +284,70 @@ def test_expected_validation_performance_matches_brute_force_enumeration(report)
     _, soup = report
     section = _section(soup, "seed-spread")
     header, rows = _table_with(section, "Seeds", "n = 3", "Best seen")
-    by_setting = {(r[2], r[3]): dict(zip(header, r, strict=True)) for r in rows}
+    by_setting = {(r[2], r[1]): dict(zip(header, r, strict=True)) for r in rows}
     for (head, freeze), values in [
         (("bilstm", "frozen"), [0.80, 0.83, 0.86]),
         (("linear", "full"), [0.85, 0.86, 0.87]),
     ]:
         row = by_setting[(head, freeze)]
-        assert (
-            row["Seeds"] == "3"
-            and row["n = 5"] == ""
-            and row["Best seen"] == f"{86 if head == 'bilstm' else 87}.0"
-        )
+        assert row["Seeds"] == "3" and row["Best seen"] == f"{100 * max(values):.1f}"
         for n in (1, 3):
             mean, std = _brute_force_expected_max(values, n)
             assert row[f"n = {n}"] == f"{100 * mean:.1f} ± {100 * std:.2f}"
     evil_full = by_setting[(EVIL, "full")]  # two runs without a score: one draw left
     assert evil_full["Seeds"] == "1" and evil_full["n = 1"] == "50.0 ± 0.00"
-    assert "Expected validation performance" in section.get_text()
-    assert len(section.find_all("img")) == 2  # the strip plot and the EVP curves
 
 
 def test_cost_section_marks_the_pareto_front(report):
     _, soup = report
-    _, rows = _table_with(_section(soup, "cost"), "Pareto-optimal in")
-    front = {(r[0], r[2], r[3]): r[-1] for r in rows}
+    header, rows = _table_with(_section(soup, "cost"), "Front: parameters", "Front: time")
+    front = {(r[0], r[2], r[1]): dict(zip(header, r, strict=True)) for r in rows}
     # sst2: bilstm/frozen (1,000 params) and bilstm/full (best score) are on the front;
     # linear/frozen is dominated by bilstm/frozen (same cost, higher score).
-    assert "parameters" in front[("SST-2", "bilstm", "frozen")]
-    assert "parameters" in front[("SST-2", "bilstm", "full")]
+    assert front[("SST-2", "bilstm", "frozen")]["Front: parameters"] == "yes"
+    assert front[("SST-2", "bilstm", "full")]["Front: parameters"] == "yes"
     assert ("SST-2", "linear", "frozen") not in front
 
 
 def test_layer_section_shows_our_choices_beside_the_paper(report):
     _, soup = report
-    section = _section(soup, "layers")
-    _, rows = _table_with(section, "Layers", "Series")
-    ours = {(r[3], r[4]): r[5] for r in rows}
-    assert ours[("concat_last4", "ours, dev")] == "87.0"
-    assert ours[("concat_last4", "ours, test")] == "84.5"
-    assert ours[("finetune", "ours, dev")] == "90.5"
-    t7_header, t7_rows = _table_with(section, "Paper row", "Dev F1 (BERT-base)")
-    paper = {r[0]: r[t7_header.index("Dev F1 (BERT-base)")] for r in t7_rows}
-    assert paper["concat_last4"] == "96.1" and paper["last"] == "94.9"
+    header, rows = _table_with(_section(soup, "layers"), "paper row", "paper", "mean")
+    by = {r[1]: dict(zip(header, r, strict=True)) for r in rows}
+    concat = [v[0] for v in CONLL[("bilstm", "frozen", "concat_last4")]]
+    assert by["Concat Last Four Hidden"]["mean"] == f"{100 * np.mean(concat):.1f}"
+    assert by["Concat Last Four Hidden"]["paper"] == "96.1"
+    assert by["Last Hidden"]["paper"] == "94.9"
 
 
 def test_learning_curves_table_has_the_per_epoch_means(report):
     _, soup = report
     header, rows = _table_with(_section(soup, "curves"), "Epoch 1", "Epoch 2")
     row = next(
-        dict(zip(header, r, strict=True)) for r in rows if r[2] == "bilstm" and r[3] == "frozen"
+        dict(zip(header, r, strict=True)) for r in rows if r[2] == "bilstm" and r[1] == "frozen"
     )
-    assert row["Epoch 1"] == "78.0" and row["Epoch 2"] == "83.0" and row["Seeds"] == "3"
+    values = SST2[("bilstm", "frozen")]  # two epochs per run, the first 5 points lower
+    assert row["Epoch 1"] == f"{100 * np.mean(values) - 5:.1f}"
+    assert row["Epoch 2"] == f"{100 * np.mean(values):.1f}"
 
 
 def test_provenance_counts_statuses_and_names_the_command(report):
     _, soup = report
     section = _section(soup, "provenance")
-    _, status = _table_with(section, "Status", "Cells")
+    _, status = _table_with(section, "status", "cells")
     counts = {r[0]: int(r[1]) for r in status}
     n_ok = sum(v is not None for v in np.concatenate(list(SST2.values()))) + 6
     assert counts["ok"] == n_ok and counts["failed"] == 1 and counts["diverged"] == 1
-    assert counts["skipped (last launch)"] == 1
-    _, facts = _table_with(section, "", "")
+    assert counts["skipped (newest launch)"] == 1
+    _, facts = _table_with(section, "item", "value")
     facts = dict(facts)
-    assert facts["Command (newest launch)"] == "python -m bench -m task=sst2,conll2003 seed=1,2,3"
+    assert facts["command (newest launch)"] == "python -m bench -m task=sst2,conll2003 seed=1,2,3"
     seeds = [
         s
         for values in list(SST2.values()) + list(CONLL.values())
         for s in range(1, len(values) + 1)
     ]
-    minutes = sum(TRAIN_S + s for s in seeds) / 60
-    assert facts["Training time, all cells"].startswith(f"{minutes:.1f} min")
+    hours = sum(TRAIN_S + s for s in seeds) / 3600
+    assert facts["training hours"] == f"{hours:.2f}"
     assert section.find("details") is not None  # per-cell configs, collapsed
 
 
@@ -375,14 +359,15 @@ def test_labels_with_markup_are_text_never_markup(report):
     assert EVIL not in path.read_text(encoding="utf-8")  # only ever in escaped form
 
 
-def test_a_multirun_directory_gives_the_same_headline_as_its_results(report, tmp_path):
+def test_a_multirun_directory_gives_the_same_answer_as_its_results(report, tmp_path):
     write_synthetic_sweep(tmp_path / "runs")
     out = build_report(tmp_path / "runs", tmp_path / "direct.html")
     direct = BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
     _, soup = report
-    assert _table_with(_section(direct, "headline"), "Winner") == _table_with(
-        _section(soup, "headline"), "Winner"
-    )
+    for sid, headers in (("answer-section", ("Setting",)), ("verdicts", ("Holm p",))):
+        assert _table_with(_section(direct, sid), *headers) == _table_with(
+            _section(soup, sid), *headers
+        )
 
 
 def _report_cli(*args: str) -> subprocess.CompletedProcess:
@@ -436,8 +421,10 @@ def test_a_result_without_config_hash_is_reported_not_a_crash(tmp_path):
         proc = _report_cli(str(source), "-o", str(out))
         assert proc.returncode == 0, proc.stderr[-2000:]
         soup = BeautifulSoup(out.read_text(encoding="utf-8"), "html.parser")
-        notes = _section(soup, "provenance").find("pre").get_text()
+        _, problems = _table_with(_section(soup, "provenance"), "result file problem")
+        notes = " ".join(r[0] for r in problems)
         run_dir = os.path.relpath(path.parent, ROOT)
         assert "no 'config_hash'" in notes and (str(path) in notes or run_dir in notes), notes
-        _, rows = _table_with(_section(soup, "provenance"), "Cell", "Config hash")
-        assert [r[2] for r in rows].count("–") == 1  # shown as absent, the others as hashes
+        header, rows = _table_with(_section(soup, "provenance"), "hash", "status")
+        hashes = [r[header.index("hash")] for r in rows]
+        assert hashes.count("–") == 1  # shown as absent, the others as hashes

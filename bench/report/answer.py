@@ -32,7 +32,8 @@ def answer_section(ctx: ReportContext) -> Section | None:
         figure(
             svg_data_uri(fig),
             "every head's mean and 95% interval per setting",
-            "Dots: means; bars: 95% intervals; dashed: the best constant prediction.",
+            "Dots: means (hollow: interval not above the best constant; black edge: best mean); "
+            "bars: 95% intervals; ◀ ▶: clipped at the metric's range; dashed: the best constant.",
         )
         if fig is not None
         else ""
@@ -56,6 +57,7 @@ def verdicts_section(ctx: ReportContext) -> Section | None:
     for key in display.settings_in_order(comparisons):
         matrix = display.verdict_matrix(comparisons, key)
         classes = matrix.map(lambda v: f"v-{v.split(' ')[0]}" if v else "")
+        classes.iloc[:, 0] = ""
         rows = comparisons[
             (comparisons[display.SETTING] == pd.Series(key, index=display.SETTING)).all(axis=1)
         ]
@@ -64,7 +66,7 @@ def verdicts_section(ctx: ReportContext) -> Section | None:
             f"{names[key]}: row head vs column head, difference in points; "
             f"Holm within {family} (m={int(rows['m'].max())})."
         )
-        parts.append(frame_table(matrix, caption, classes=classes, index=True))
+        parts.append(frame_table(matrix, caption, classes=classes))
     every = frame_table(
         display.verdict_frame(comparisons, ctx.scores),
         "Each comparison once: the interval its verdict uses and Holm's p within its family.",

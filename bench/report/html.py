@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,55 +36,6 @@ def paragraph(text: str, css: str = "") -> str:
     return f"<p{cls}>{esc(text)}</p>"
 
 
-def bullet_list(items: Sequence[str]) -> str:
-    """A ``<ul>`` of escaped items."""
-    return "<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>"
-
-
-def table(
-    header: Sequence[str],
-    rows: Sequence[Sequence[object]],
-    caption: str = "",
-    numeric: Sequence[int] = (),
-    row_classes: Sequence[str] | None = None,
-    css: str = "",
-) -> str:
-    """An HTML table of escaped cells, wrapped so that it scrolls on a narrow screen.
-
-    Args:
-        header: Column headers.
-        rows: Cell values (converted with ``str``).
-        caption: Caption text.
-        numeric: Indices of right-aligned columns.
-        row_classes: Optional CSS class per row (e.g. ``"failed"``).
-        css: CSS class of the table.
-
-    Returns:
-        The fragment.
-    """
-    right = set(numeric)
-    cls = f' class="{esc(css)}"' if css else ""
-    out = [f'<div class="scroll"><table{cls}>']
-    if caption:
-        out.append(f"<caption>{esc(caption)}</caption>")
-    out.append(
-        "<thead><tr>"
-        + "".join(
-            f'<th class="{"r" if i in right else "l"}">{esc(h)}</th>' for i, h in enumerate(header)
-        )
-        + "</tr></thead><tbody>"
-    )
-    for k, row in enumerate(rows):
-        row_cls = row_classes[k] if row_classes and row_classes[k] else ""
-        attr = f' class="{esc(row_cls)}"' if row_cls else ""
-        cells = "".join(
-            f'<td class="{"r" if i in right else "l"}">{esc(c)}</td>' for i, c in enumerate(row)
-        )
-        out.append(f"<tr{attr}>{cells}</tr>")
-    out.append("</tbody></table></div>")
-    return "\n".join(out)
-
-
 def figure(uri: str, alt: str, caption: str) -> str:
     """A ``<figure>`` with an embedded image (a ``data:`` URI) and its caption."""
     if not uri.startswith("data:image/"):
@@ -100,11 +51,6 @@ def details(summary: str, body: str) -> str:
     return f"<details><summary>{esc(summary)}</summary>{body}</details>"
 
 
-def pre(text: str) -> str:
-    """Preformatted escaped text."""
-    return f"<pre>{esc(text)}</pre>"
-
-
 def frame_table(
     frame: pd.DataFrame,
     caption: str = "",
@@ -112,7 +58,6 @@ def frame_table(
     table_id: str = "",
     css: str = "",
     classes: pd.DataFrame | None = None,
-    index: bool = False,
 ) -> str:
     """A data frame as an HTML table, rendered by pandas' ``Styler`` (cells escaped).
 
@@ -123,15 +68,12 @@ def frame_table(
         table_id: The table's ``id`` (fixed by the report, never from data), or none.
         css: CSS class of the table.
         classes: CSS classes per cell (the frame's shape), for the page's style sheet.
-        index: Whether to show the frame's index (a matrix's row names).
 
     Returns:
         The fragment, wrapped so that it scrolls on a narrow screen.
     """
     styler = frame.style.format(dict(formats or {}), na_rep="–", escape="html")
-    styler = styler.format_index(escape="html", axis=1).format_index(escape="html", axis=0)
-    if not index:
-        styler = styler.hide(axis="index")
+    styler = styler.format_index(escape="html", axis=1).hide(axis="index")
     if caption:
         styler = styler.set_caption(esc(caption))
     if classes is not None:

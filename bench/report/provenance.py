@@ -68,7 +68,7 @@ def provenance_section(ctx: ReportContext) -> Section:
         config = part(flat, "config")
         one = config.nunique() == 1
         ids = part(cells, "cell").reindex(columns=CELL).assign(status=cells.get("status"))
-        ids = ids.assign(hash=flat.get("config_hash", pd.Series()).str[:12])
+        ids = ids.assign(hash=cells.get("config_hash", pd.Series()).str[:12])
         parts += [
             details(
                 f"Configuration shared by all {len(cells)} cells ({one.sum()} keys)",

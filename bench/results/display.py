@@ -15,7 +15,7 @@ import pandas as pd
 
 from bench.axes.freezing import freeze_rank
 from bench.axes.heads import head_order
-from bench.results.frames import SETTING
+from bench.results.frames import SETTING, oriented
 
 #: Paper-style metric names.
 METRIC_NAMES = {
@@ -184,8 +184,6 @@ def verdict_matrix(comparisons: pd.DataFrame, setting: tuple) -> pd.DataFrame:
 
     Cell (row A, column B) reads 'A is <verdict> than B', with A − B in points.
     """
-    from bench.results.frames import oriented
-
     part = comparisons[(comparisons[SETTING] == pd.Series(setting, index=SETTING)).all(axis=1)]
     heads = heads_in_order(pd.concat([part["head_a"], part["head_b"]]).to_frame("head_label"))
     cells = np.full((len(heads), len(heads)), "", dtype=object)
@@ -196,7 +194,7 @@ def verdict_matrix(comparisons: pd.DataFrame, setting: tuple) -> pd.DataFrame:
                 if not row.empty:
                     r = row.iloc[0]
                     cells[i, j] = f"{r['verdict']} {points(r['estimate'], True)}"
-    return pd.DataFrame(cells, index=pd.Index(heads, name="A \\ B"), columns=heads)
+    return pd.DataFrame({"A \\ B": heads, **{b: cells[:, j] for j, b in enumerate(heads)}})
 
 
 def takeaway(scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:

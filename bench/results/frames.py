@@ -48,6 +48,8 @@ SETTING = list(stats.SETTING_KEYS)
 PAIR = list(stats.PAIR_KEYS)
 ALPHA = 0.05
 CONFIDENCE = 0.95
+#: Run values and differences are rounded to this many decimals for their spread.
+DECIMALS = 12
 #: The range of each metric (an interval end beyond it is clipped and marked).
 RANGES = {"mcc": (-1.0, 1.0), "pearson": (-1.0, 1.0), "spearman": (-1.0, 1.0)}
 VERDICTS = ("better", "worse", "equivalent", "inconclusive", "not comparable")
@@ -259,10 +261,11 @@ def estimate(values: pd.Series, theta: np.ndarray | None = None) -> Estimate:
     x = values.to_numpy(dtype=float)
     grid = crossed.grid_of(values)
     if grid is not None:
-        c = crossed.crossed_mean(grid)
+        c = crossed.crossed_mean(grid.round(DECIMALS))
         mean, se_s, df_s = float(c.mean), float(c.se), float(c.df)
     elif x.size > 1:
-        mean, se_s, df_s = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size)), x.size - 1.0
+        spread = np.round(x, DECIMALS).std(ddof=1)  # float noise of equal differences is 0
+        mean, se_s, df_s = float(x.mean()), float(spread / math.sqrt(x.size)), x.size - 1.0
     else:
         return Estimate(float(x.mean()) if x.size else math.nan, *(4 * [math.nan]))
     se_d = _se_dev(theta)
@@ -437,7 +440,8 @@ def comparisons(
                         "high90": hi90,
                         "margin": margin,
                         "min_margin": max(abs(lo90), abs(hi90)),
-                        "reason": f"{differs} differ" if differs else "",
+                        "reason": _why_untested(est, differs),
+                        "comparable": not differs,
                         "both_beat": bool(
                             beats.get((*keys, a), False) and beats.get((*keys, b), False)
                         ),
@@ -452,12 +456,19 @@ def comparisons(
 
 
 def _p_value(est: Estimate) -> float:
-    """Two-sided t-test of ``mean = 0`` (1 for a zero difference without spread)."""
-    if not math.isfinite(est.se):
+    """Two-sided t-test of ``mean = 0`` (NaN without a spread: no test)."""
+    if not math.isfinite(est.se) or est.se == 0:
         return math.nan
-    if est.se == 0:
-        return 1.0 if est.mean == 0 else 0.0
     return float(2 * sps.t.sf(abs(est.mean) / est.se, est.df))
+
+
+def _why_untested(est: Estimate, differs: str) -> str:
+    """Why a comparison has no p-value (``""``: it has one)."""
+    if differs:
+        return f"{differs} differ"
+    if not math.isfinite(est.se):
+        return "fewer than two paired runs"
+    return "no spread: every paired difference the same" if est.se == 0 else ""
 
 
 def _holm(frame: pd.DataFrame) -> pd.DataFrame:
@@ -486,7 +497,7 @@ def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
     significant = frame["p_holm"] < ALPHA
     verdict = np.select(
         [
-            frame["reason"] != "",
+            ~frame["comparable"],
             equivalent,
             significant & (frame["estimate"] > 0),
             significant & (frame["estimate"] < 0),
