@@ -45,6 +45,11 @@ NO_HEAD_LEARNED = "†"
 CLIPPED = "‡"
 
 
+def _text(value: object) -> str:
+    """A text cell of a frame read back from CSV (an empty one comes back as NaN)."""
+    return value if isinstance(value, str) else ""
+
+
 def points(value: float, signed: bool = False) -> str:
     """A score on the metric's scale as points ×100 with one decimal (``–``: undefined)."""
     if value is None or not math.isfinite(value):
@@ -171,7 +176,7 @@ def verdict_frame(comparisons: pd.DataFrame, scores: pd.DataFrame | None = None)
                 if math.isfinite(r["low"])
                 else "–",
                 "Holm p": p_text(r["p_holm"]),
-                "Verdict": r["verdict"] + (f" ({r['reason']})" if r["reason"] else ""),
+                "Verdict": r["verdict"] + (f" ({r['reason']})" if _text(r["reason"]) else ""),
             }
         )
     return pd.DataFrame(
