@@ -104,6 +104,14 @@ def test_failed_runs_for_correlations_use_zero(table):
     assert (bilstm["status"] != "ok").sum() == 2
 
 
+def test_t_interval_is_the_student_t_formula():
+    x = np.array(SKEWED)
+    assert stats.t_interval(x) == pytest.approx(_t_by_hand(x))
+    assert stats.t_interval([*SKEWED, np.nan], 0.9) == pytest.approx(_t_by_hand(x, 0.9))
+    assert stats.t_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)  # no spread: zero width
+    assert np.isnan(stats.t_interval([0.7, np.nan])).all()
+
+
 def test_expected_max_equals_enumeration():
     values = [0.70, 0.75, 0.75, 0.90]
     for n in range(1, 5):
@@ -127,6 +135,8 @@ def test_expected_validation_performance(table):
     assert lin["expected_max_std"].iloc[2] == pytest.approx(draws.std(), abs=1e-3)
     bil = evp[(evp["task"] == "sst2") & (evp["head_label"] == "bilstm")]
     assert bil["n_seeds"].max() == 3  # crashed runs are not draws
+    crashed = stats.expected_validation_performance(table[table["status"] != "ok"])
+    assert crashed.empty and list(crashed.columns) == list(evp.columns)
 
 
 def test_tables_read_back_with_their_dtypes_and_old_tables_are_completed(tmp_path, table):

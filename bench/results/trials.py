@@ -1,11 +1,6 @@
-"""The search trials of an experiment as one table (``trials.csv``).
+"""An experiment's search trials, one row per :data:`bench.cell.TRIAL_FILE`: ``trials.csv``.
 
-Each setting (task × encoder × head × freezing) of a sweep with ``search=random`` keeps its
-trials beside its seeds (:data:`bench.cell.TRIALS_DIR`); every trial wrote
-:data:`bench.cell.TRIAL_FILE` with its drawn values, status and selection-slice score. The
-table has one row per trial: :data:`bench.results.stats.TRIAL_COLUMNS` plus ``config``
-(the trial's drawn values as JSON), ``best_epoch`` and ``wall_time_s``. It feeds expected
-validation performance against the number of trials (``stats.evp_from_trials``).
+:data:`TRIALS_TABLE_COLUMNS` (``config``: drawn values as JSON); ``stats.evp_from_trials`` reads it.
 """
 
 from __future__ import annotations
@@ -21,9 +16,9 @@ import pandas as pd
 from bench.cell import TRIAL_FILE, TRIALS_DIR
 from bench.results.stats import TRIAL_COLUMNS
 
-#: ``trials.csv``'s columns.
 TRIALS_TABLE_COLUMNS = [*TRIAL_COLUMNS, "config", "best_epoch", "wall_time_s", "trial_dir"]
 TRIALS_FILE = "trials.csv"
+_NUMBERS = ("trial", "selection_score", "best_epoch", "wall_time_s")
 
 
 def _trial_row(path: Path) -> dict[str, Any] | None:
@@ -42,7 +37,7 @@ def _trial_row(path: Path) -> dict[str, Any] | None:
     selection: dict[str, Any] = found if isinstance(found, dict) else {}
     score = (selection.get("metrics") or {}).get(metric) if record.get("status") == "ok" else None
     return {
-        **{k: cell.get(k) for k in TRIAL_COLUMNS if k in cell},
+        **{k: cell[k] for k in TRIAL_COLUMNS if k in cell},
         "trial": record.get("trial"),
         "status": record.get("status"),
         "selection_metric": metric,
@@ -55,22 +50,14 @@ def _trial_row(path: Path) -> dict[str, Any] | None:
 
 
 def trials_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Every stored trial of the settings the results belong to.
+    """One row per stored trial of the results' settings, ordered by setting and trial.
 
     Args:
         results: Collected results (each with ``run_dir``).
-
-    Returns:
-        One row per trial, ordered by setting and trial number.
     """
     folders = sorted({Path(r["run_dir"]).parent / TRIALS_DIR for r in results if r.get("run_dir")})
-    rows = [
-        row
-        for folder in folders
-        for path in sorted(folder.glob(f"trial=*/{TRIAL_FILE}"))
-        if (row := _trial_row(path)) is not None
-    ]
-    table = pd.DataFrame(rows, columns=TRIALS_TABLE_COLUMNS)
+    paths = [p for folder in folders for p in sorted(folder.glob(f"trial=*/{TRIAL_FILE}"))]
+    table = pd.DataFrame([r for p in paths if (r := _trial_row(p))], columns=TRIALS_TABLE_COLUMNS)
     return table.sort_values(["trial_dir", "trial"], kind="stable").reset_index(drop=True)
 
 
@@ -84,9 +71,4 @@ def read_trials(out_dir: str | Path) -> pd.DataFrame:
     path = Path(out_dir) / TRIALS_FILE
     if not path.is_file():
         return pd.DataFrame(columns=TRIALS_TABLE_COLUMNS)
-    text = [
-        c
-        for c in TRIALS_TABLE_COLUMNS
-        if c not in ("trial", "selection_score", "best_epoch", "wall_time_s")
-    ]
-    return pd.read_csv(path, dtype=dict.fromkeys(text, "str"))
+    return pd.read_csv(path, dtype={c: "str" for c in TRIALS_TABLE_COLUMNS if c not in _NUMBERS})
