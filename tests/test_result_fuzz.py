@@ -23,6 +23,7 @@ from test_report import write_synthetic_sweep
 from bench.axes.optional import AXIS_COLUMNS
 from bench.errors import CollectError
 from bench.results.collect import collect, read_results, record_files, table_files, tidy
+from bench.results.rescore import verified
 from bench.results.result_file import parse_result
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -124,6 +125,11 @@ def _check_accepted_or_named(data: bytes) -> None:
         assert len(results) + sum(": skipped: " in p for p in problems) == 1
         for problem in problems:
             assert problem.startswith(f"{path}: ") and "\n" not in problem, problem
+        # an ok result of schema 2 or later without its predictions is refused, and named
+        results, _, refused = verified(results)
+        for problem in refused:
+            where, _, why = problem.partition(": ")
+            assert Path(where).resolve() == path.parent.resolve() and "\n" not in why, problem
         if results:  # accepted: everything collect builds from it works
             table = tidy(results)
             files = {**table_files(table), **record_files(results, [runs])}

@@ -1,23 +1,8 @@
 """How much of a layer's word states is shared by the whole sentence (torch-free).
 
-The evidence behind ``fair_table7``'s difference from BERT's Table 7 ordering: MiniLM
-(all-MiniLM-L6-v2) was trained further so that the *mean* of its last layer's token states
-embeds the sentence. If that objective pulled the last layer's word states towards their
-sentence's mean, the word-specific part a tagger needs shrank there. Three figures per
-layer, over the words of a fixed set of sentences (each word read at its first sub-token,
-the state the token heads classify):
-
-- ``sentence_share``: the share of the word states' total variance that lies between
-  sentences, ``sum_words ||m_s - m||^2 / sum_words ||x - m||^2`` (m_s: the word's sentence
-  mean, m: the mean of all words). 0: no sentence component; 1: every word of a sentence
-  has the same state.
-- ``word_to_sentence_cos``: the mean cosine between a word's state and its sentence's mean
-  state.
-- ``anisotropy``: the mean cosine between the states of random word pairs from different
-  sentences (Ethayarajh, 2019): the baseline a cosine is read against.
-
-``python -m bench.run.geometry`` computes them from the encoder and writes
-``results/<experiment>/geometry.json``; this module holds the arithmetic and reads the file.
+Evidence for ``fair_table7``'s departure from BERT's Table 7 ordering (MiniLM was trained so
+that its last layer's mean token state embeds the sentence). ``python -m bench.run.geometry``
+writes the figures of :func:`layer_geometry` to ``results/<experiment>/geometry.json``.
 """
 
 from __future__ import annotations
@@ -33,8 +18,6 @@ import pandas as pd
 GEOMETRY_FILE = "geometry.json"
 #: Random cross-sentence word pairs drawn for ``anisotropy``.
 N_PAIRS = 20_000
-#: Columns of :func:`geometry_rows`.
-GEOMETRY_COLUMNS = ["layer", "sentence_share", "word_to_sentence_cos", "anisotropy"]
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -44,7 +27,11 @@ def _unit(x: np.ndarray) -> np.ndarray:
 def layer_geometry(
     states: np.ndarray, sentence: np.ndarray, seed: int = 0, n_pairs: int = N_PAIRS
 ) -> dict[str, float]:
-    """The three figures of one layer.
+    """The three figures of one layer over its words (each read at its first sub-token).
+
+    ``sentence_share``: the between-sentence share of the variance (1: every word is its
+    sentence mean); ``word_to_sentence_cos``: the mean cosine of a word and its sentence mean;
+    ``anisotropy``: that of random word pairs from different sentences (Ethayarajh, 2019).
 
     Args:
         states: ``(n_words, hidden)`` word states of one layer.
@@ -53,31 +40,24 @@ def layer_geometry(
         n_pairs: How many pairs to draw.
 
     Returns:
-        ``sentence_share``, ``word_to_sentence_cos``, ``anisotropy`` (floats).
+        The three figures (floats) by name.
 
     Raises:
         ValueError: For mismatched shapes or fewer than two sentences.
     """
-    x = np.asarray(states, dtype=np.float64)
-    ids = np.asarray(sentence)
+    x, ids = np.asarray(states, dtype=np.float64), np.asarray(sentence)
     if x.ndim != 2 or ids.shape != (x.shape[0],):
         raise ValueError(f"states {x.shape} and sentence ids {ids.shape} do not match")
-    _, group = np.unique(ids, return_inverse=True)
-    n_groups = int(group.max()) + 1 if len(group) else 0
-    if n_groups < 2:
-        raise ValueError(f"need words of at least two sentences, got {n_groups}")
-    counts = np.bincount(group, minlength=n_groups).astype(np.float64)
-    sums = np.zeros((n_groups, x.shape[1]))
-    np.add.at(sums, group, x)
-    means = sums / counts[:, None]
+    if (n_sentences := len(np.unique(ids))) < 2:
+        raise ValueError(f"need words of at least two sentences, got {n_sentences}")
+    means = pd.DataFrame(x).groupby(ids).transform("mean").to_numpy()  # each word's sentence
     centre = x.mean(axis=0)
     total = float(((x - centre) ** 2).sum())
-    between = float((counts * ((means - centre) ** 2).sum(axis=1)).sum())
-    to_mean = float((_unit(x) * _unit(means[group])).sum(axis=1).mean())
+    between = float(((means - centre) ** 2).sum())
+    to_mean = float((_unit(x) * _unit(means)).sum(axis=1).mean())
     rng = np.random.default_rng(seed)
-    a = rng.integers(0, len(x), size=n_pairs)
-    b = rng.integers(0, len(x), size=n_pairs)
-    keep = group[a] != group[b]  # pairs from different sentences only
+    a, b = rng.integers(0, len(x), size=(2, n_pairs))
+    keep = ids[a] != ids[b]  # pairs from different sentences only
     pair_cos = (_unit(x[a[keep]]) * _unit(x[b[keep]])).sum(axis=1)
     return {
         "sentence_share": between / total if total > 0 else float("nan"),
@@ -87,29 +67,13 @@ def layer_geometry(
 
 
 def read_geometry(source: str | Path) -> dict[str, Any] | None:
-    """The committed ``geometry.json`` of a results directory, or None when absent.
-
-    Args:
-        source: ``results/<experiment>``.
-
-    Returns:
-        The file's contents.
-    """
+    """The committed ``geometry.json`` of ``source`` (``results/<experiment>``), or None."""
     path = Path(source) / GEOMETRY_FILE
-    if not path.is_file():
-        return None
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def geometry_rows(data: dict[str, Any]) -> pd.DataFrame:
-    """One row per layer (:data:`GEOMETRY_COLUMNS`), ordered by layer.
-
-    Args:
-        data: A ``geometry.json`` payload.
-
-    Returns:
-        The per-layer figures.
-    """
+    """One row per layer of a ``geometry.json`` payload: ``layer`` and its three figures."""
+    columns = ["layer", "sentence_share", "word_to_sentence_cos", "anisotropy"]
     rows = [{"layer": int(k), **v} for k, v in data["layers"].items()]
-    return pd.DataFrame(rows, columns=GEOMETRY_COLUMNS).sort_values("layer", ignore_index=True)
+    return pd.DataFrame(rows, columns=columns).sort_values("layer", ignore_index=True)

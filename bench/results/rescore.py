@@ -1,25 +1,11 @@
-"""Re-score a cell from its predictions and compare with the metric it recorded.
+"""Re-score a cell from its predictions and compare with the metrics it recorded.
 
-A committed number is only as good as the predictions behind it: :func:`rescore` recomputes
-every metric of the task from ``predictions.parquet``-shaped rows with scikit-learn, SciPy
-and seqeval (not the torchmetrics code that produced the recorded value during training),
-and :func:`mismatches` lists the metrics that disagree. ``bench.results.collect`` refuses a
-cell with any mismatch.
-
-Tolerance: the recorded values were computed by torchmetrics in float32 on the same
-predictions, so they agree to about 1e-6 for counts-based metrics (accuracy, F1, MCC) and
-to about 1e-5 for correlations of float32 scores (about 1e-12 since training computes them
-in float64, :class:`bench.model.metrics.Correlation`); :data:`TOLERANCE` (1e-4) leaves room
-for that and nothing else: one changed prediction out of 872 SST-2 examples moves accuracy by
-1.1e-3.
-
-Undefined metrics agree: a correlation of constant predictions (or constant labels) is
-undefined, recorded as None by training and NaN from SciPy, and that cell is kept (its
-undefined main metric makes it a failed run in :mod:`bench.results.stats`), not refused.
-Results recorded before training did so hold Spearman 0.0 there (torchmetrics'
-epsilon-guarded value); :func:`agrees` accepts a recorded 0 (within :data:`TOLERANCE`)
-for a correlation that SciPy finds undefined because the predictions or labels are
-constant, and nothing else.
+:func:`verified` recomputes every metric of a cell from ``predictions.parquet``-shaped rows
+with scikit-learn, SciPy and seqeval (not the torchmetrics code that recorded them) and
+refuses the cell when one differs by more than :data:`TOLERANCE`: float32 torchmetrics
+agrees to about 1e-5, while one changed prediction of 872 SST-2 examples moves accuracy by
+1.1e-3. A correlation of constant predictions or labels is undefined (None when recorded,
+NaN from SciPy) and agrees with undefined, or with the 0.0 that older results recorded.
 """
 
 from __future__ import annotations
@@ -37,144 +23,76 @@ from bench.data.ner_metrics import entity_scores
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.errors import DataError
-from bench.results.predictions import cell_predictions
+from bench.results.predictions import cell_predictions, label_texts
 
 #: Absolute difference allowed between a recorded and a re-scored metric.
 TOLERANCE = 1e-4
 #: Metrics undefined for a constant input (SciPy: NaN); older results recorded 0 for them.
 CORRELATIONS = frozenset({"pearson", "spearman"})
+#: Results of this schema and later always wrote their predictions, so they must re-score.
+PREDICTIONS_SCHEMA = 2
 
 
-def _positive(spec: TaskSpec) -> str:
-    """The positive class of a binary F1 as written in the files (class id 1)."""
-    raw = {name: text for text, name in spec.tsv_label_map.items()}
-    return raw.get(spec.label_names[1], spec.label_names[1])
-
-
-def sequence_scores(spec: TaskSpec, label: pd.Series, pred: pd.Series) -> dict[str, float]:
-    """The task's metrics from label/pred text columns of a GLUE split."""
-    if spec.is_regression:  # NaN where undefined: constant predictions or labels
-        y, p = label.astype(float).to_numpy(), pred.astype(float).to_numpy()
+def rescore(spec: TaskSpec | TokenTaskSpec, rows: pd.DataFrame) -> dict[str, Any]:
+    """Every metric of a task from one cell's rows of one split (None or NaN: undefined)."""
+    if isinstance(spec, TokenTaskSpec):  # entity scores, seqeval strict IOB2
+        grouped = rows.sort_values(["example", "token"], kind="stable").groupby("example")
+        gold, pred = (grouped[c].apply(list).tolist() for c in ("label", "pred"))
+        entities = entity_scores(gold, pred, spec.entity_types)
+        return {m: entities.get(m) for m in spec.metrics}
+    if spec.is_regression:
+        y, p = rows["label"].astype(float).to_numpy(), rows["pred"].astype(float).to_numpy()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConstantInputWarning)  # an expected outcome
             return {"pearson": float(pearsonr(y, p)[0]), "spearman": float(spearmanr(y, p)[0])}
-    y, p = label.astype(str).to_numpy(), pred.astype(str).to_numpy()
-    scores = {
-        "accuracy": float(accuracy_score(y, p)),
-        "f1": float(f1_score(y, p, pos_label=_positive(spec), average="binary", zero_division=0))
-        if len(spec.label_names) == 2
-        else math.nan,
-        "mcc": float(matthews_corrcoef(y, p)),
-    }
-    return {m: scores[m] for m in spec.metrics}
+    y, p = rows["label"].astype(str).to_numpy(), rows["pred"].astype(str).to_numpy()
+    scores = {"accuracy": accuracy_score(y, p), "mcc": matthews_corrcoef(y, p)}
+    if len(spec.label_names) == 2:  # the positive class is class id 1
+        scores["f1"] = f1_score(y, p, pos_label=label_texts(spec)[1], zero_division=0)
+    return {m: float(scores.get(m, math.nan)) for m in spec.metrics}
 
 
-def token_scores(spec: TokenTaskSpec, rows: pd.DataFrame) -> dict[str, float | None]:
-    """Entity-level scores (seqeval, strict IOB2) from the token rows of a CoNLL split."""
-    ordered = rows.sort_values(["example", "token"], kind="stable")
-    gold = ordered.groupby("example", sort=True)["label"].apply(list).tolist()
-    pred = ordered.groupby("example", sort=True)["pred"].apply(list).tolist()
-    scores = entity_scores(gold, pred, spec.entity_types)
-    return {m: scores.get(m) for m in spec.metrics}
-
-
-def rescore(task: str, rows: pd.DataFrame) -> dict[str, float | None]:
-    """Every metric of ``task`` from one cell's rows of one split."""
-    spec = ALL_TASKS[task]
-    if isinstance(spec, TokenTaskSpec):
-        return token_scores(spec, rows)
-    return dict(sequence_scores(spec, rows["label"], rows["pred"]))
-
-
-def constant_input(rows: pd.DataFrame) -> bool:
-    """Whether a regression split's predictions or labels are one value (as SciPy checks).
-
-    Args:
-        rows: One split's rows of an STS-B-like cell (``label`` and ``pred`` as score text).
-
-    Returns:
-        True when every ``pred``, or every ``label``, is the same number.
-    """
-    for column in ("pred", "label"):
-        values = rows[column].astype(float).to_numpy()
-        if values.size and bool((values == values[0]).all()):
-            return True
-    return False
-
-
-def agrees(metric: str, recorded: float | None, again: float | None, constant: bool) -> bool:
-    """Whether a recorded metric and its re-scored value agree.
-
-    Args:
-        metric: The metric's name.
-        recorded: The value the result recorded (None: undefined).
-        again: The value re-scored from the predictions (None or NaN: undefined).
-        constant: Whether the split's predictions or labels are constant
-            (:func:`constant_input`; False for classification and token tasks).
-
-    Returns:
-        True when both are undefined, when both are numbers within :data:`TOLERANCE`, or
-        when an older result recorded 0 for a correlation that is undefined because the
-        input is constant; False otherwise (a number against an undefined value).
-    """
-    if again is None or math.isnan(again):
-        if recorded is None or math.isnan(recorded):
-            return True
-        return metric in CORRELATIONS and constant and abs(recorded) <= TOLERANCE
+def _agrees(metric: str, recorded: float | None, again: float | None, constant: bool) -> bool:
+    """Whether both are undefined, within :data:`TOLERANCE`, or a legacy 0 of a constant."""
+    undefined = again is None or math.isnan(again)
     if recorded is None or math.isnan(recorded):
-        return False
-    return bool(np.isclose(recorded, again, atol=TOLERANCE, rtol=0))
-
-
-def _recorded(result: dict[str, Any], predictions: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """Recorded metrics per split: reporting splits, and the selection slice where it has rows."""
-    recorded = dict((result.get("best") or {}).get("metrics") or {})
-    selection = result.get("selection") or {}
-    if (
-        selection.get("split") == SELECTION_SPLIT
-        and isinstance(selection.get("metrics"), dict)
-        and (predictions["split"] == SELECTION_SPLIT).any()
-    ):
-        recorded[SELECTION_SPLIT] = selection["metrics"]
-    return recorded
+        return undefined
+    if undefined:
+        return metric in CORRELATIONS and constant and abs(recorded) <= TOLERANCE
+    return abs(recorded - again) <= TOLERANCE  # type: ignore[operator]
 
 
 def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
     """Metrics recorded in ``result`` that its predictions do not reproduce.
 
-    The reporting splits' metrics (``result["best"]``) and, where the cell wrote the
-    selection slice's predictions, the selected epoch's selection scores
-    (``result["selection"]["metrics"]``).
-
     Args:
-        result: A collected ``ok`` result.
+        result: A collected ``ok`` result (``best.metrics``; ``selection.metrics`` too).
         predictions: That cell's rows (:func:`bench.results.predictions.cell_predictions`).
 
     Returns:
-        One message per disagreeing metric (empty: the cell re-scores); metrics undefined
-        on both sides agree (:func:`agrees`).
+        One message per disagreeing metric (empty: the cell re-scores).
     """
-    task = str(result["cell"]["task"])
-    regression = bool(getattr(ALL_TASKS.get(task), "is_regression", False))
+    spec = ALL_TASKS[str(result["cell"]["task"])]
+    recorded = dict((result.get("best") or {}).get("metrics") or {})
+    selection = result.get("selection") or {}
+    metrics = selection.get("metrics") if selection.get("split") == SELECTION_SPLIT else None
+    if isinstance(metrics, dict) and (predictions["split"] == SELECTION_SPLIT).any():
+        recorded[SELECTION_SPLIT] = metrics  # the cell wrote the slice's rows
     problems = []
-    for split, recorded in _recorded(result, predictions).items():
+    for split, values in recorded.items():
         rows = predictions[predictions["split"] == split]
         if rows.empty:
             problems.append(f"{split}: no predictions")
             continue
-        again = rescore(task, rows)
-        constant = regression and constant_input(rows)
-        for metric, value in recorded.items():
-            if metric not in again:
-                continue  # a metric of the record that predictions cannot give (none today)
-            new = again[metric]
-            if not agrees(metric, value, new, constant):
+        again = rescore(spec, rows)
+        constant = bool(getattr(spec, "is_regression", False)) and any(
+            np.ptp(rows[c].astype(float).to_numpy()) == 0 for c in ("pred", "label")
+        )
+        for metric, value in values.items():
+            new = again.get(metric)
+            if metric in again and not _agrees(metric, value, new, constant):
                 problems.append(f"{split} {metric}: recorded {value}, predictions give {new}")
     return problems
-
-
-#: Results of this schema and later always wrote their predictions, so they must re-score.
-PREDICTIONS_SCHEMA = 2
 
 
 def verified(
@@ -182,11 +100,8 @@ def verified(
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame], list[str]]:
     """Keep the results whose predictions reproduce their metrics; name the others.
 
-    An ``ok`` result of schema :data:`PREDICTIONS_SCHEMA` or later is refused when a
-    prediction file is missing or unreadable, or a recorded metric does not re-score.
-    Older results (schema 1, made before predictions were part of the result) are kept
-    when they have no prediction files, with a note that they were not re-scored; cells
-    that failed have no predictions to check.
+    An ``ok`` result is refused when a metric does not re-score or (from schema
+    :data:`PREDICTIONS_SCHEMA` on) a prediction file is missing or unreadable.
 
     Args:
         results: Collected results (:func:`bench.results.collect.read_results`).
@@ -199,22 +114,19 @@ def verified(
         if result.get("status") != "ok":
             kept.append(result)
             continue
-        legacy = int(result.get("schema", 1)) < PREDICTIONS_SCHEMA
+        where = result["run_dir"]
         try:
             predictions = cell_predictions(result)
         except DataError as err:
-            if legacy:
-                problems.append(f"{result['run_dir']}: not re-scored (a schema-1 result): {err}")
+            if int(result.get("schema", 1)) < PREDICTIONS_SCHEMA:
+                problems.append(f"{where}: not re-scored (a schema-1 result): {err}")
                 kept.append(result)
             else:
-                problems.append(f"{result['run_dir']}: refused: {err}")
+                problems.append(f"{where}: refused: {err}")
             continue
-        wrong = mismatches(result, predictions)
-        if wrong:
-            problems.append(
-                f"{result['run_dir']}: refused: its predictions do not re-score "
-                f"({'; '.join(wrong)})"
-            )
+        if wrong := mismatches(result, predictions):
+            why = f"its predictions do not re-score ({'; '.join(wrong)})"
+            problems.append(f"{where}: refused: {why}")
             continue
         kept.append(result)
         frames.append(predictions)
