@@ -10,7 +10,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
@@ -132,17 +131,3 @@ def bench_in_this_process(*args: str) -> subprocess.CompletedProcess[str]:
         GlobalHydra.instance().clear()
         HydraConfig.instance().cfg = None  # type: ignore[assignment]  # no job is running now
     return subprocess.CompletedProcess(["bench", *args], code, out.getvalue(), err.getvalue())
-
-
-def holm_reference(pvalues: object) -> np.ndarray:
-    """Holm (1979) step-down adjusted p-values, written out independently of bench.
-
-    The tests' one reference for :func:`bench.results.stats.holm`: sort the p-values, scale
-    the k-th smallest by (m - k), keep the running maximum, cap at 1.
-    """
-    p = np.asarray(pvalues, dtype=float)
-    adjusted, running = np.empty_like(p), 0.0
-    for rank, i in enumerate(np.argsort(p)):
-        running = max(running, min(1.0, (len(p) - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
