@@ -1,18 +1,13 @@
-"""What a sweep leaves besides scores: per-epoch history, per-cell provenance, launch log.
+"""What a sweep leaves besides scores, written beside ``results.csv`` by collect.
 
-:mod:`bench.results.collect` writes these beside ``results.csv`` so that a results directory
-alone is enough to build a report (learning curves, configs, versions, compute time):
-
-* ``history.csv``: one row per cell × epoch × split × metric (plus ``train_loss``);
-* ``cells.json``: per cell its status, config hash, resolved config, git commit, library
-  versions, hardware, times and parameter counts;
-* ``launches.jsonl`` (in the sweep directory, appended while a sweep runs): one record
-  per launch (``launch``: the command) and per skipped cell (``skip``), so a report can
-  say how many cells the last launch skipped because they were already done.
+``history.csv`` (cell × epoch × split × metric, plus ``train_loss``), ``cells.json`` (each
+cell's provenance: status, config and hash, git, versions, hardware, times, parameters) and
+``launches.jsonl`` (one ``launch`` record per launch, one ``skip`` per cell it did not train).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Iterable
@@ -28,35 +23,13 @@ from bench.cell import CELL_COLUMNS
 from bench.clock import utc_now
 from bench.data.text_lines import read_text
 
-HISTORY_COLUMNS = [
-    *CELL_COLUMNS,
-    *AXIS_COLUMNS,
-    "epoch",
-    "step",
-    "split",
-    "metric",
-    "value",
-    "train_loss",
-]
+_ROW = ["epoch", "step", "split", "metric", "value", "train_loss"]
+HISTORY_COLUMNS = [*CELL_COLUMNS, *AXIS_COLUMNS, *_ROW]
 LAUNCH_LOG = "launches.jsonl"
-PROVENANCE_KEYS = (
-    "status",
-    "reason",
-    "degenerate",
-    "config_hash",
-    "main_metric",
-    "config",
-    "encoder_info",
-    "git",
-    "versions",
-    "hardware",
-    "train_time_s",
-    "wall_time_s",
-    "finished_at",
-    "params",
-    "peak_memory",
-    "run_dir",
-)
+PROVENANCE_KEYS = (  # noqa: SIM905 (as a list literal: 19 lines)
+    "status reason degenerate config_hash main_metric config encoder_info git versions "
+    "hardware train_time_s wall_time_s finished_at params peak_memory run_dir search"
+).split()
 
 
 def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
@@ -70,134 +43,88 @@ def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """
     rows = []
     for res in results:
-        cell = {k: res["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS]}
+        cell = [res["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS]]
         for entry in res.get("history") or []:
+            at = [entry.get("epoch"), entry.get("step")]
             for split, metrics in entry.items():
-                if not isinstance(metrics, dict):
-                    continue  # epoch, step, train_loss
-                for metric, value in metrics.items():
-                    rows.append(
-                        {
-                            **cell,
-                            "epoch": entry.get("epoch"),
-                            "step": entry.get("step"),
-                            "split": split,
-                            "metric": metric,
-                            "value": value,
-                            "train_loss": entry.get("train_loss"),
-                        }
-                    )
+                if isinstance(metrics, dict):  # not epoch, step, train_loss
+                    rows += [
+                        [*cell, *at, split, m, v, entry.get("train_loss")]
+                        for m, v in metrics.items()
+                    ]
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
 def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-cell provenance: the cell plus :data:`PROVENANCE_KEYS` of its result.
+    """Each cell's provenance record (``cells.json``).
 
-    Also what chose the cell's configuration and epoch: ``search`` (the result's search
-    record, None without a search) and ``selection`` (its selection record without the
-    slice's example ids, which stay in ``result.json``). A cell trained in a lock-step group
-    also keeps its ``lockstep`` record (group size, device, how its wall time was counted),
-    and a cell that recorded them its ``phases_s`` (where its wall time went).
+    The cell, :data:`PROVENANCE_KEYS`, ``selection`` without the slice's example ids, and
+    ``lockstep`` (a lock-step group) and ``phases_s`` (its wall time's parts) where present.
     """
-    return [
-        {
-            "cell": dict(res["cell"]),
-            **{k: res.get(k) for k in PROVENANCE_KEYS},
-            "search": res.get("search"),
-            "selection": _without_ids(res.get("selection")),
-            **({"lockstep": res["lockstep"]} if res.get("lockstep") else {}),
-            **({"phases_s": res["phases_s"]} if res.get("phases_s") else {}),
-        }
-        for res in results
-    ]
-
-
-def _without_ids(selection: Any) -> Any:
-    if not isinstance(selection, dict):
-        return selection
-    return {k: v for k, v in selection.items() if k != "ids"}
+    records = []
+    for res in results:
+        selection = res.get("selection")
+        if isinstance(selection, dict):
+            selection = {k: v for k, v in selection.items() if k != "ids"}
+        extra = {k: res[k] for k in ("lockstep", "phases_s") if res.get(k)}
+        keys = {k: res.get(k) for k in PROVENANCE_KEYS}
+        records.append({"cell": dict(res["cell"]), **keys, "selection": selection, **extra})
+    return records
 
 
 def log_launch_event(sweep_dir: str | Path, event: str, **fields: Any) -> None:
-    """Append one JSON line to ``<sweep_dir>/launches.jsonl``.
-
-    One short ``O_APPEND`` write per record, so records of concurrent cell processes do
-    not interleave on a local or POSIX shared filesystem.
+    """Append one JSON line (one ``O_APPEND`` write) to ``<sweep_dir>/launches.jsonl``.
 
     Args:
         sweep_dir: The sweep directory.
-        event: ``launch`` (fields: ``command``) or ``skip`` (fields: ``cell_path``,
-            ``state``).
+        event: ``launch`` (``command``, ``planned``) or ``skip`` (``cell_path``, ``state``).
         **fields: The record's fields.
     """
     append_json_line(Path(sweep_dir) / LAUNCH_LOG, {"event": event, "time": utc_now(), **fields})
 
 
 def read_launch_log(sweep_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """All launch-log records under the given sweep directories, oldest first.
+    """The launch-log records of ``sweep_dirs``, oldest first, unreadable lines skipped.
 
-    Unreadable lines (a record cut by a crash) are skipped.
+    A sweep without a log gets a ``launch`` record rebuilt from Hydra's ``multirun.yaml``.
     """
     records = []
     for root in map(Path, sweep_dirs):
         path = root / LAUNCH_LOG if root.is_dir() else root
-        if not path.is_file():
-            records += _hydra_launch(root)
-            continue
-        for line in read_text(path, errors="replace").splitlines():
+        if path.is_file():
+            for line in read_text(path, errors="replace").splitlines():
+                with contextlib.suppress(json.JSONDecodeError):  # a line cut by a crash
+                    record = json.loads(line)
+                    if isinstance(record, dict) and "event" in record:
+                        records.append(record)
+        elif (hydra := root / "multirun.yaml").is_file():
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                overrides = list(OmegaConf.load(hydra).hydra.overrides.task)
+            except Exception:  # an unreadable file just means "not recorded"
                 continue
-            if isinstance(record, dict) and "event" in record:
-                records.append(record)
+            command = shlex.join(["python", "-m", "bench", "-m", *map(str, overrides)])
+            at = utc_now(hydra.stat().st_mtime)
+            records.append({"event": "launch", "time": at, "command": command, "from": hydra.name})
     return sorted(records, key=lambda r: str(r.get("time")))
 
 
-def _hydra_launch(sweep_dir: Path) -> list[dict[str, Any]]:
-    """A launch record rebuilt from Hydra's ``multirun.yaml`` (sweeps without a launch log)."""
-    path = sweep_dir / "multirun.yaml"
-    if not path.is_file():
-        return []
-    try:
-        overrides = list(OmegaConf.load(path).hydra.overrides.task)
-    except Exception:  # an unreadable file just means "not recorded"
-        return []
-    command = " ".join(["python -m bench -m", *(shlex.quote(str(o)) for o in overrides)])
-    time = utc_now(path.stat().st_mtime)
-    return [{"event": "launch", "time": time, "command": command, "from": "multirun.yaml"}]
-
-
 def last_launch(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Summarise the newest launch: its command, time and the cells it skipped.
+    """Summarise the newest launch.
 
     Args:
         records: Launch-log records, oldest first.
 
     Returns:
-        ``{"command", "time", "skipped", "launches", "planned"}`` (``command``/``time``
-        None when no launch record exists; ``skipped`` counts skip records after the newest
-        launch; ``planned``: every cell path any launch planned, sorted; launches logged
-        before launches recorded their plan add none).
+        The newest launch's ``command`` and ``time`` (None without one), ``skipped`` (skip
+        records since), ``launches`` (how many) and ``planned`` (every cell path planned).
     """
-    launches = [i for i, r in enumerate(records) if r["event"] == "launch"]
-    planned = sorted(
-        {
-            str(path)
-            for r in records
-            if r["event"] == "launch" and isinstance(r.get("planned"), list)
-            for path in r["planned"]
-        }
-    )
-    if not launches:
-        return {"command": None, "time": None, "skipped": 0, "launches": 0, "planned": planned}
-    start = launches[-1]
-    skipped = sum(1 for r in records[start:] if r["event"] == "skip")
-    newest = records[start]
+    starts = [i for i, r in enumerate(records) if r["event"] == "launch"]
+    lists = [records[i]["planned"] for i in starts if isinstance(records[i].get("planned"), list)]
+    newest, after = (records[starts[-1]], records[starts[-1] :]) if starts else ({}, [])
     return {
         "command": newest.get("command"),
         "time": newest.get("time"),
-        "skipped": skipped,
-        "launches": len(launches),
-        "planned": planned,
+        "skipped": sum(r["event"] == "skip" for r in after),
+        "launches": len(starts),
+        "planned": sorted({str(path) for planned in lists for path in planned}),
     }
