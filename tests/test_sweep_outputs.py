@@ -13,7 +13,9 @@ from bs4 import BeautifulSoup
 from omegaconf import OmegaConf
 from test_report import write_synthetic_sweep
 
-from bench.report.readme import MARKER, experiment_readme, is_generated
+from bench.report.readme import MARKER, experiment_readme, is_generated, markdown
+from bench.results.display import answer_frame, verdict_frame
+from bench.results.frames import read_frames
 from bench.run.callbacks import CollectResults
 
 
@@ -38,7 +40,9 @@ def test_the_sweep_end_writes_the_report_and_the_generated_readme(tmp_path, caps
     # the same README as the command line writes from the collected results
     assert text == experiment_readme(out)
     assert text.splitlines()[2].startswith(MARKER)
-    assert "## Verdict" in text and "## Every head" in text
+    scores, comparisons = read_frames(out)  # written by the same sweep end
+    assert markdown(answer_frame(scores, markdown=True)) in text
+    assert markdown(verdict_frame(comparisons, scores)) in text
     assert BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").find("section")
 
 
