@@ -14,9 +14,7 @@ from typing import Any
 
 #: What ``from bench.report import ...`` offers (imported on first use: the sections pull
 #: in matplotlib, which commands that only read results do not need).
-EXPORTS = frozenset(
-    {"build_context", "build_report", "load_inputs", "render_report", "report_html", "write_report"}
-)
+EXPORTS = frozenset({"build_context", "build_report", "load_inputs", "report_html", "write_report"})
 
 
 def __getattr__(name: str) -> Any:

@@ -7,9 +7,9 @@ import pandas as pd
 
 from bench.report.context import ReportContext
 from bench.report.figures import scores_plot
-from bench.report.html import Section, details, figure, frame_table, paragraph
-from bench.report.style import svg_data_uri
+from bench.report.html import Section, details, embed, esc, frame_table
 from bench.results import display
+from bench.results.frames import setting_rows
 
 LEGEND = (
     f"Mean ±95% interval ×100 over seeds and dev examples; bold: best mean; "
@@ -27,19 +27,14 @@ def answer_section(ctx: ReportContext) -> Section | None:
     best, grey = display.answer_marks(scores)
     classes = pd.DataFrame(np.where(best, "best", ""), columns=table.columns)
     classes.loc[grey.to_numpy(), :] = classes.loc[grey.to_numpy(), :] + " grey"
-    fig = scores_plot(scores, ctx.palette, ctx.multi_encoder)
-    plot = (
-        figure(
-            svg_data_uri(fig),
-            "every head's mean and 95% interval per setting",
-            "Dots: means (hollow: interval not above the best constant; black edge: best mean); "
-            "bars: 95% intervals; ◀ ▶: clipped at the metric's range; dashed: the best constant.",
-        )
-        if fig is not None
-        else ""
+    plot = embed(
+        scores_plot(scores, ctx.palette, ctx.multi_encoder),
+        "every head's mean and 95% interval per setting",
+        "Dots: means (hollow: interval not above the best constant; black edge: best mean); "
+        "bars: 95% intervals; ◀ ▶: clipped at the metric's range; dashed: the best constant.",
     )
     body = (
-        paragraph(display.takeaway(scores, ctx.comparisons), "lead")
+        f'<p class="lead">{esc(display.takeaway(scores, ctx.comparisons))}</p>'
         + '<div class="answer"><div>'
         + frame_table(table, LEGEND, table_id="answer", classes=classes)
         + f"</div><div>{plot}</div></div>"
@@ -58,13 +53,10 @@ def verdicts_section(ctx: ReportContext) -> Section | None:
         matrix = display.verdict_matrix(comparisons, key)
         classes = matrix.map(lambda v: f"v-{v.split(' ')[0]}" if v else "")
         classes.iloc[:, 0] = ""
-        rows = comparisons[
-            (comparisons[display.SETTING] == pd.Series(key, index=display.SETTING)).all(axis=1)
-        ]
-        family = rows["family"].iloc[0]
+        rows = setting_rows(comparisons, dict(zip(display.SETTING, key, strict=True)))
         caption = (
             f"{names[key]}: row head vs column head, difference in points; "
-            f"Holm within {family} (m={int(rows['m'].max())})."
+            f"Holm within {rows['family'].iloc[0]} (m={int(rows['m'].max())})."
         )
         parts.append(frame_table(matrix, caption, classes=classes))
     every = frame_table(

@@ -48,23 +48,15 @@ def cell_budgets(cells: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         selection, chosen = config.get("selection") or {}, record.get("selection") or {}
         size, best = chosen.get("size", selection.get("size")), chosen.get("best_epoch")
         epochs = (config.get("trainer") or {}).get("max_epochs")
-        rows.append(
-            setting_of(record)
-            | {
-                "head_label": str(cell.get("head_label")),
-                "seed": cell.get("seed"),
-                "space": " × ".join(f"{k} ∈ {{{', '.join(map(_g, v))}}}" for k, v in space.items())
-                or f"none ({key} {_g(lr)})",
-                "trials": trials,
-                "selection": f"held out ({size})" if selection.get("name") == "heldout" else "dev",
-                "max_epochs": epochs,
-                "tuning_s": float(found.get("train_time_s") or 0.0),
-                "lr_key": key,
-                "lr": lr,
-                "at_edge": lr in (min(space[key]), max(space[key])) if key in space else None,
-                "last_epoch": bool(best is not None and epochs and best >= epochs - 1),  # from 0
-            }
-        )
+        grid = " × ".join(f"{k} ∈ {{{', '.join(map(_g, v))}}}" for k, v in space.items())
+        held = f"held out ({size})" if selection.get("name") == "heldout" else "dev"
+        edge = lr in (min(space[key]), max(space[key])) if key in space else None
+        last = bool(best is not None and epochs and best >= epochs - 1)  # epochs count from 0
+        row = {"head_label": str(cell.get("head_label")), "seed": cell.get("seed")}
+        row |= {"space": grid or f"none ({key} {_g(lr)})", "trials": trials, "selection": held}
+        row |= {"max_epochs": epochs, "tuning_s": float(found.get("train_time_s") or 0.0)}
+        row |= {"lr_key": key, "lr": lr, "at_edge": edge, "last_epoch": last}
+        rows.append(setting_of(record) | row)
     return pd.DataFrame(rows)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from bench.report.budget import SETTING, setting_of, shown
@@ -18,13 +19,9 @@ WHERE = ["device", "torch", "transformers"]
 
 def seed_ranges(seeds: Iterable[Any]) -> str:
     """Seeds as runs of consecutive numbers: ``1-5,7``."""
-    runs: list[list[int]] = []
-    for s in sorted({int(s) for s in seeds if pd.notna(s)}):
-        if runs and s == runs[-1][1] + 1:
-            runs[-1][1] = s
-        else:
-            runs.append([s, s])
-    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    values = np.unique([int(s) for s in seeds if pd.notna(s)])
+    runs = np.split(values, np.flatnonzero(np.diff(values) != 1) + 1) if values.size else []
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def device_frame(cells: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

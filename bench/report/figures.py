@@ -1,4 +1,7 @@
-"""The report's figures (small panels; None without data); scores are drawn ×100."""
+"""The report's figures (small panels; None without data); scores are drawn ×100.
+
+Each takes the report's :class:`Palette` and ``multi_encoder`` (name the encoder in titles).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from matplotlib.ticker import MaxNLocator, NullFormatter
 
 from bench.report.style import CONSTANT_COLOUR as GREY
 from bench.report.style import FAILED_COLOUR as RED
-from bench.report.style import Palette, metric_title, new_figure, ordered, setting_order, task_title
+from bench.report.style import Palette, metric_title, new_figure, ordered, sort_settings, task_title
 from bench.results.curves import sized_settings, split_by_size
 from bench.results.frames import RANGES
 from bench.results.stats import SETTING_KEYS
@@ -33,7 +36,7 @@ def setting_panels(frame: pd.DataFrame, multi: bool, keys: list[str] = SETTING_K
     """One ``(title, rows)`` per value of ``keys`` in report order; sizes named where sized."""
     sized = sized_settings(frame)
     out = []
-    for key in setting_order(frame, keys):
+    for key in sort_settings(frame[keys].drop_duplicates()).itertuples(index=False, name=None):
         k = dict(zip(keys, key, strict=True))
         rows = frame[np.logical_and.reduce([frame[c] == v for c, v in k.items()])]
         curve = (str(k["task"]), str(k["encoder"]), str(k["freeze_label"]))
@@ -48,9 +51,8 @@ def _grid(
     """Titled panels in rows of ``columns`` (inches each); with ``heads``, one y row per head."""
     cols = max(1, min(columns, len(panels)))
     rows = -(-len(panels) // cols)
-    fig = new_figure(
-        width * cols + (0.85 if heads else 0.3), height * rows + (0.2 if heads else 0.5)
-    )
+    pad = (0.85, 0.2) if heads else (0.3, 0.5)  # inches for the head names, or the legend
+    fig = new_figure(width * cols + pad[0], height * rows + pad[1])
     axes = fig.subplots(rows, cols, squeeze=False, sharey=bool(heads)).ravel()
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
@@ -76,25 +78,18 @@ def _legend(fig: Figure, palette: Palette, frame: pd.DataFrame, markers: bool = 
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 7))
 
 
-def _constant(
-    ax: Axes, rows: pd.DataFrame, column: str = "best_constant", across: bool = False
-) -> None:
-    """The grey dashed best-constant line (the mean of the rows' values), if known."""
-    value = pd.to_numeric(rows[column], errors="coerce").mean()
+def _constant(ax: Axes, rows: pd.DataFrame, key: str = "best_constant", on_y: bool = False) -> None:
+    """The grey dashed best-constant line (the mean of the rows' ``key``), if known."""
+    value = pd.to_numeric(rows[key], errors="coerce").mean()
     if np.isfinite(value):
-        (ax.axhline if across else ax.axvline)(100 * value, color=GREY, ls="--", lw=0.9)
+        (ax.axhline if on_y else ax.axvline)(100 * value, color=GREY, ls="--", lw=0.9)
 
 
 def scores_plot(scores: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Every head's mean (dot) and 95% interval (bar) per setting, with the best constant.
+    """Each head's mean (dot) and 95% interval (bar) per setting of ``scores``.
 
-    Hollow dot: the interval does not clear the best constant; black edge: the best mean
-    of its setting; ◀ / ▶: an interval end clipped at the metric's range.
-
-    Args:
-        scores: The scores frame (one row per setting × head).
-        palette: Report palette.
-        multi_encoder: Whether to name the encoder in panel titles.
+    Hollow dot: the interval does not clear the best constant (grey dashed); black edge: the
+    best mean of its setting; ◀ / ▶: an interval end clipped at the metric's range.
     """
     scores = scores.dropna(subset=["mean"])
     if scores.empty:
@@ -118,15 +113,10 @@ def scores_plot(scores: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
 
 
 def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Every run per head and setting.
+    """Every run (:func:`bench.results.stats.run_values` rows) per head and setting.
 
-    Dot: a run; ×: failed (at or below the best constant); ▼ on the left edge: no score
-    (crashed or diverged); grey dashed: the failure threshold.
-
-    Args:
-        runs: :func:`bench.results.stats.run_values` rows.
-        palette: Report palette.
-        multi_encoder: Whether to name the encoder in panel titles.
+    ×: failed (at or below the best constant); ▼ on the left edge: no score (crashed or
+    diverged); grey dashed: the failure threshold.
     """
     if runs.empty:
         return None
@@ -159,14 +149,9 @@ def pareto_mask(cost: pd.Series, score: pd.Series) -> np.ndarray:
 
 
 def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Mean score against trainable parameters and training time (log x), per task.
+    """Mean score against each of :data:`COST_AXES` (log x) per task, with its Pareto front.
 
-    Black edge and dashed step: the Pareto front; grey dashed: the best constant.
-
-    Args:
-        costs: Scores rows with the :data:`COST_AXES` columns and ``pareto_<column>`` flags.
-        palette: Report palette.
-        multi_encoder: Whether to name the encoder in panel titles.
+    ``costs``: scores rows with the cost columns and ``pareto_<column>`` flags (black edge).
     """
     costs = costs.dropna(subset=["mean"])
     if costs.empty:
@@ -185,7 +170,7 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
             ax.scatter(g[column], 100 * g["mean"], 36, c=c, marker=m, edgecolors=edge)
         front = rows[rows[f"pareto_{column}"]].sort_values(column)
         ax.step(front[column], 100 * front["mean"], where="post", color="#444", lw=0.8, ls="--")
-        _constant(ax, rows, across=True)
+        _constant(ax, rows, on_y=True)
         if (rows[column] > 0).all() and rows[column].max() >= 10 * rows[column].min():
             ax.set_xscale("log")  # a decade or more: labels at the decades only
             ax.xaxis.set_minor_formatter(NullFormatter())
@@ -201,17 +186,10 @@ def curves(
     x: str,
     keys: list[str] = SETTING_KEYS,
 ) -> Figure | None:
-    """Per head, ``mean`` against ``x`` (``epoch`` or ``train_size``, log) with a band.
+    """Per head, ``mean`` against ``x`` (``epoch`` or ``train_size``, log); a panel per ``keys``.
 
     Band: ``low``–``high``; black edge: a ``best`` head; grey dashed: ``best_constant``
     (where the frame has these columns).
-
-    Args:
-        frame: Rows per ``keys`` × head × ``x`` with mean, low, high and metric.
-        palette: Report palette.
-        multi_encoder: Whether to name the encoder in panel titles.
-        x: The x column.
-        keys: One panel per value of these columns.
     """
     frame = frame.dropna(subset=["mean"])
     if frame.empty:

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+from matplotlib.figure import Figure
+
+from bench.report.style import svg_data_uri
 
 
 def esc(value: object) -> str:
@@ -17,23 +20,11 @@ def esc(value: object) -> str:
 
 @dataclass
 class Section:
-    """One report section.
-
-    Attributes:
-        id: Anchor id (fixed by the report, never from data).
-        title: Heading text.
-        body: HTML fragment (already escaped).
-    """
+    """One report section: anchor id (fixed by the report), heading, escaped HTML body."""
 
     id: str
     title: str
     body: str
-
-
-def paragraph(text: str, css: str = "") -> str:
-    """A ``<p>`` of escaped text."""
-    cls = f' class="{esc(css)}"' if css else ""
-    return f"<p{cls}>{esc(text)}</p>"
 
 
 def figure(uri: str, alt: str, caption: str) -> str:
@@ -46,6 +37,11 @@ def figure(uri: str, alt: str, caption: str) -> str:
     )
 
 
+def embed(fig: Figure | None, alt: str, caption: str) -> str:
+    """A matplotlib figure as an embedded :func:`figure` (closed); empty for None."""
+    return "" if fig is None else figure(svg_data_uri(fig), alt, caption)
+
+
 def details(summary: str, body: str) -> str:
     """A collapsed ``<details>`` block (readable without JavaScript)."""
     return f"<details><summary>{esc(summary)}</summary>{body}</details>"
@@ -56,38 +52,26 @@ def frame_table(
     caption: str = "",
     formats: Mapping[str, str | Callable[[Any], str]] | None = None,
     table_id: str = "",
-    css: str = "",
     classes: pd.DataFrame | None = None,
 ) -> str:
-    """A data frame as an HTML table, rendered by pandas' ``Styler`` (cells escaped).
+    """A data frame as an HTML table by pandas' ``Styler`` (cells escaped) in a scrolling div.
 
     Args:
         frame: The rows to show; its columns are the header, its index is not shown.
         caption: One short sentence above the table.
         formats: Per column, a format string (``"{:.1f}"``) or a function of the value.
         table_id: The table's ``id`` (fixed by the report, never from data), or none.
-        css: CSS class of the table.
         classes: CSS classes per cell (the frame's shape), for the page's style sheet.
-
-    Returns:
-        The fragment, wrapped so that it scrolls on a narrow screen.
     """
     styler = frame.style.format(dict(formats or {}), na_rep="–", escape="html")
     styler = styler.format_index(escape="html", axis=1).hide(axis="index")
     if caption:
         styler = styler.set_caption(esc(caption))
     if classes is not None:
-        styler = styler.set_td_classes(
-            classes.set_axis(frame.index).set_axis(frame.columns, axis=1)
-        )
-    styler = styler.set_uuid(table_id or "t")
+        styler = styler.set_td_classes(pd.DataFrame(classes.to_numpy(), frame.index, frame.columns))
+    uuid = table_id or "t"  # Styler's id on the table (with classes) gives way to ours
     ident = f' id="{esc(table_id)}"' if table_id else ""
-    cls = f' class="{esc(css)}"' if css else ""
-    body = styler.to_html(exclude_styles=classes is None)
+    body = styler.set_uuid(uuid).to_html(exclude_styles=classes is None)
     body = body.replace('<style type="text/css">\n</style>\n', "")
-    body = body.replace("<table", f"<table{ident}{cls}", 1)
-    if classes is not None:  # Styler's own id on the table: the report's id is the one above
-        body = body.replace(
-            f'<table{ident}{cls} id="T_{table_id or "t"}"', f"<table{ident}{cls}", 1
-        )
+    body = body.replace(f'<table id="T_{uuid}"', "<table", 1).replace("<table", f"<table{ident}", 1)
     return f'<div class="scroll">{body}</div>'

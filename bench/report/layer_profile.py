@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -10,8 +11,8 @@ from matplotlib.figure import Figure
 
 from bench.report.budget import shown
 from bench.report.context import ReportContext
-from bench.report.html import Section, figure, frame_table
-from bench.report.style import CONSTANT_COLOUR, OKABE_ITO, grid, metric_title, svg_data_uri
+from bench.report.html import Section, embed, frame_table
+from bench.report.style import CONSTANT_COLOUR, OKABE_ITO, grid, metric_title
 from bench.results.display import points
 from bench.results.frames import RANGES
 from bench.results.geometry import geometry_rows
@@ -28,18 +29,13 @@ CAPTIONS = (
     "rho: Spearman between our means and the paper's (exact p); seed rho: the mean over pairs "
     "of our seeds; gap: last − second-to-last, its interval and verdict.",
 )
-_X100, _DIFFERENCES = (
-    "mean,low,high,paper",
-    "step,step low,step high,gap,gap low,gap high,paper gap",
-)
-_GEOMETRY = "sentence share,word to sentence cos,anisotropy"
+SIGNED = ["step", "step low", "step high", "gap", "gap low", "gap high", "paper gap"]
 #: How the shown columns are formatted (scores and differences ×100).
-FORMATS: dict[str, str | Callable[[Any], str]] = {
-    **dict.fromkeys(_X100.split(","), points),
-    **dict.fromkeys(_DIFFERENCES.split(","), lambda v: points(v, signed=True)),
-    **dict.fromkeys(_GEOMETRY.split(","), "{:.3f}"),
-    **{"rank": "{:g}", "paper rank": "{:g}", "rho": "{:.2f}", "p": "{:.2g}", "seed rho": "{:.2f}"},
-}
+FORMATS: dict[str, str | Callable[[Any], str]] = {"rank": "{:g}", "paper rank": "{:g}"}
+FORMATS |= {"rho": "{:.2f}", "p": "{:.2g}", "seed rho": "{:.2f}"}
+FORMATS |= dict.fromkeys(["mean", "low", "high", "paper"], points)
+FORMATS |= dict.fromkeys(SIGNED, partial(points, signed=True))
+FORMATS |= dict.fromkeys(["sentence share", "word to sentence cos", "anisotropy"], "{:.3f}")
 
 
 def _varying(frame: pd.DataFrame) -> pd.DataFrame:
@@ -55,9 +51,8 @@ def profile_figure(profile: pd.DataFrame) -> Figure:
     for ax, ((task, encoder, freeze, _, head), g) in zip(axes, panels, strict=True):
         metric, y = str(g["metric"].iloc[0]), 100 * g["mean"]
         ax.errorbar(g["layer"], y, [y - 100 * g["low"], 100 * g["high"] - y], fmt="o-", capsize=3)
-        ax.axhline(
-            100 * g["best_constant"].iloc[0], ls="--", c=CONSTANT_COLOUR, label="best constant"
-        )
+        constant = 100 * g["best_constant"].iloc[0]
+        ax.axhline(constant, ls="--", c=CONSTANT_COLOUR, label="best constant")
         top = RANGES.get(metric, (0.0, 1.0))[1]
         for _, r in g[g["clipped"].astype(bool)].iterrows():  # a clipped end: a triangle
             mark, end = ("^", "high") if r["high"] >= top else ("v", "low")
@@ -80,16 +75,15 @@ def profile_view(profile: pd.DataFrame, geometry: dict[str, Any] | None) -> pd.D
 
 def layer_section(ctx: ReportContext) -> Section | None:
     """The per-layer profile and Table 7 beside the paper's; None without a layer sweep."""
-    inputs = ctx.inputs
-    profile = profile_rows(inputs.table, ctx.scores, ctx.comparisons)
-    table7 = selection_rows(inputs.table, ctx.scores, inputs.refs)
+    table, refs = ctx.inputs.table, ctx.inputs.refs
+    profile = profile_rows(table, ctx.scores, ctx.comparisons)
+    table7 = selection_rows(table, ctx.scores, refs).drop(columns=["layers", "head_label"])
     if profile.empty and table7.empty:
         return None
-    agree = agreement(inputs.table, ctx.scores, ctx.comparisons, inputs.refs)
-    table7 = table7.drop(columns=["layers", "head_label"])
-    pairs = zip((profile_view(profile, inputs.geometry), table7, agree), CAPTIONS, strict=True)
+    agree = agreement(table, ctx.scores, ctx.comparisons, refs)
+    pairs = zip((profile_view(profile, ctx.inputs.geometry), table7, agree), CAPTIONS, strict=True)
     parts = [frame_table(shown(_varying(f)), c, FORMATS) for f, c in pairs if len(f)]
     if not profile.empty:
-        uri = svg_data_uri(profile_figure(profile))
-        parts.insert(0, figure(uri, "Mean score per layer with intervals", FIGURE_CAPTION))
+        alt = "Mean score per layer with intervals"
+        parts.insert(0, embed(profile_figure(profile), alt, FIGURE_CAPTION))
     return Section("layers", "Layer choice", "\n".join(parts))

@@ -9,22 +9,17 @@ import jinja2
 
 from bench.atomic import atomic_write
 from bench.clock import utc_now
+from bench.report import sections
 from bench.report.answer import answer_section, verdicts_section
 from bench.report.budget import budget_section
 from bench.report.calibration import calibration_section
 from bench.report.context import ReportContext, build_context
 from bench.report.devices import devices_section
 from bench.report.html import Section
-from bench.report.inputs import ReportInputs, load_inputs
+from bench.report.inputs import load_inputs
 from bench.report.layer_profile import layer_section
 from bench.report.preset_grid import grid_section
 from bench.report.provenance import provenance_section
-from bench.report.sections import (
-    cost_section,
-    curves_section,
-    spread_section,
-    training_size_section,
-)
 from bench.report.selfcheck import selfcheck_section
 from bench.report.variance import variance_section
 from bench.results.display import TASK_NAMES
@@ -34,13 +29,13 @@ SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     answer_section,
     verdicts_section,
     grid_section,
-    training_size_section,
+    sections.training_size_section,
     budget_section,
     devices_section,
-    spread_section,
-    cost_section,
+    sections.spread_section,
+    sections.cost_section,
     layer_section,
-    curves_section,
+    sections.curves_section,
     calibration_section,
     variance_section,
     selfcheck_section,
@@ -64,18 +59,9 @@ def report_html(ctx: ReportContext, title: str | None = None) -> str:
         f"{len(ctx.runs)} runs of {len(ctx.palette.heads)} heads on {tasks} with {encoders}. "
         "Scores ×100 on the dev split."
     )
-    sections = [s for s in (build(ctx) for build in SECTION_BUILDERS) if s is not None]
-    return _TEMPLATE.render(
-        title=title or f"headbench report: {Path(ctx.inputs.source).name}",
-        subtitle=subtitle,
-        sections=sections,
-        generated=utc_now(),
-    )
-
-
-def render_report(inputs: ReportInputs, title: str | None = None) -> str:
-    """Render the report of some inputs as an HTML string."""
-    return report_html(build_context(inputs), title)
+    shown = [s for s in (build(ctx) for build in SECTION_BUILDERS) if s is not None]
+    title = title or f"headbench report: {Path(ctx.inputs.source).name}"
+    return _TEMPLATE.render(title=title, subtitle=subtitle, sections=shown, generated=utc_now())
 
 
 def write_report(ctx: ReportContext, out: str | Path, title: str | None = None) -> Path:
@@ -85,14 +71,5 @@ def write_report(ctx: ReportContext, out: str | Path, title: str | None = None) 
 
 
 def build_report(source: str | Path, out: str | Path, title: str | None = None) -> Path:
-    """Build the report of a results or multirun directory and write it atomically.
-
-    Args:
-        source: A results directory (or table file) or a multirun directory.
-        out: The HTML file to write.
-        title: Page title (default: from the source's name).
-
-    Returns:
-        The written path.
-    """
+    """Write the report of a results directory (or table file) or multirun directory to ``out``."""
     return write_report(build_context(load_inputs(source)), out, title)

@@ -86,9 +86,8 @@ def grid_progress(
     if heads:  # the results' label of a head that ran (``pooler-random``)
         named = table[[CELL_KEYS[k] for k in heads]].set_axis(heads, axis=1)
         labels = _spelled(named.assign(to=table["head_label"])).drop_duplicates(heads, keep=False)
-        grid = grid.merge(labels, how="left", on=heads).assign(
-            label=lambda f: f["to"].fillna(f["label"])
-        )
+        grid = grid.merge(labels, how="left", on=heads)
+        grid["label"] = grid["to"].fillna(grid["label"])
     setting = ["experiment", *(k for k in keys if k not in WITHIN)]
     per_head = grid.assign(experiment=preset.stem).groupby([*setting, "label"], sort=False)
     per_head = per_head["done"].agg(["size", "sum"])

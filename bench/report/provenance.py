@@ -50,15 +50,13 @@ def provenance_section(ctx: ReportContext) -> Section:
     status = runs["status"].fillna("unknown").value_counts()
     status["skipped (newest launch)"] = int(launch.get("skipped") or 0)
     status["result file problems"] = len(inputs.problems)
+    flat = cells.map(_text)
+    versions = part(flat, "versions").melt(var_name="library", value_name="version")
     tables = [
         (_listed(pd.Series(summary), "item", "value"), ""),
         (_listed(status, "status", "cells"), "Cells by status."),
         (pd.DataFrame({"result file problem": inputs.problems}), "Result files not read."),
         (runs.loc[runs["status"] != "ok", [*stats.RUN_KEYS, "status", "reason"]], "Not finished."),
-    ]
-    flat = cells.map(_text)
-    versions = part(flat, "versions").melt(var_name="library", value_name="version")
-    tables += [
         (counted(part(flat, "git")), "Code version."),
         (counted(versions[versions["version"] != "NaN"]), "Library versions."),
         (counted(part(flat, "hardware")), "Machines."),
@@ -69,14 +67,10 @@ def provenance_section(ctx: ReportContext) -> Section:
         one = config.nunique() == 1
         ids = part(cells, "cell").reindex(columns=CELL).assign(status=cells.get("status"))
         ids = ids.assign(hash=cells.get("config_hash", pd.Series()).str[:12])
-        parts += [
-            details(
-                f"Configuration shared by all {len(cells)} cells ({one.sum()} keys)",
-                frame_table(_listed(config.loc[:, one].iloc[0], "key", "value")),
-            ),
-            details(
-                f"Per-cell configuration: the {(~one).sum()} keys that vary",
-                frame_table(ids.join(config.loc[:, ~one], rsuffix=" (config)").sort_values(CELL)),
-            ),
-        ]
+        shared = frame_table(_listed(config.loc[:, one].iloc[0], "key", "value"))
+        varying = frame_table(ids.join(config.loc[:, ~one], rsuffix=" (config)").sort_values(CELL))
+        parts.append(
+            details(f"Configuration shared by all {len(cells)} cells ({one.sum()} keys)", shared)
+        )
+        parts.append(details(f"Per-cell configuration: the {(~one).sum()} keys that vary", varying))
     return Section("provenance", "Provenance", "\n".join(parts))

@@ -8,10 +8,10 @@ import pandas as pd
 
 import bench.report.figures as figures
 from bench.report.context import ReportContext
-from bench.report.html import Section, figure, frame_table
-from bench.report.style import sort_settings, svg_data_uri, task_title
+from bench.report.html import Section, embed, frame_table
+from bench.report.style import sort_settings, task_title
 from bench.results import stats
-from bench.results.curves import CURVE_KEYS, freeze_text, sized_settings, split_by_size
+from bench.results.curves import CURVE_KEYS, size_text, sized_settings, split_by_size
 from bench.results.display import points
 from bench.results.frames import oriented
 
@@ -19,14 +19,9 @@ GROUP, SETTING = stats.GROUP_KEYS, stats.SETTING_KEYS
 Formats = dict[str, Any]  # per column: a format string or a function of the value
 EVP_SEEDS = (1, 3, 5, 10)
 #: The training-size table: the best head's comparison with the runner-up (oriented a − b).
-LEADER_COLUMNS = [
-    *("head_a", "mean_a", "beats_all", "head_b", "mean_b", "estimate", "low", "high"),
-    *("verdict", "p_holm"),
-]
-LEADER_NAMES = [
-    *("Best", "Mean", "Beats all", "Runner-up", "Runner-up mean", "Difference", "Low", "High"),
-    *("Verdict", "p (Holm)"),
-]
+LEADER_COLUMNS = "head_a mean_a beats_all head_b mean_b estimate low high verdict p_holm"
+LEADER_NAMES = "Best,Mean,Beats all,Runner-up,Runner-up mean,Difference,Low,High,Verdict,p (Holm)"
+LEADER = dict(zip(LEADER_COLUMNS.split(), LEADER_NAMES.split(","), strict=True))
 COST_NAMES = ["Mean", "Parameters", "Train s", "Front: parameters", "Front: time"]
 SPLIT_NAMES = {"select": "the selection slice held out from train (not dev)"}
 
@@ -37,8 +32,10 @@ def _table(ctx: ReportContext, frame: pd.DataFrame, caption: str, formats: Forma
     shown = pd.DataFrame({"Task": frame["task"].map(task_title)}, index=frame.index)
     if ctx.multi_encoder:
         shown["Encoder"] = frame["encoder"]
-    keys = frame[SETTING].itertuples(index=False)
-    shown["Freeze"] = [freeze_text(t, e, f, s, ctx.sized) for t, e, f, s in keys]
+    keys = frame[SETTING].itertuples(index=False)  # the training size where a curve ran
+    shown["Freeze"] = [
+        f"{f}, {size_text(s)}" if (t, e, f) in ctx.sized else str(f) for t, e, f, s in keys
+    ]
     if "head_label" in frame:
         shown["Head"] = frame["head_label"]
     out = pd.concat([shown, frame.drop(columns=[c for c in GROUP if c in frame])], axis=1)
@@ -50,15 +47,11 @@ def _yes(flag: object) -> str:
 
 
 SPREAD_FORMATS: Formats = dict.fromkeys(["Min", "Median", "Max", "SD"], points)
-YES: Formats = dict.fromkeys(["Front: parameters", "Front: time"], _yes)
-LEADER_FORMATS: Formats = dict.fromkeys(
-    ["Mean", "Runner-up mean", "Difference", "Low", "High"], points
-)
-LEADER_FORMATS |= {"p (Holm)": "{:.2g}", "Beats all": _yes}
-
-
-def _figure(fig: object, alt: str, caption: str) -> str:
-    return "" if fig is None else figure(svg_data_uri(fig), alt, caption)  # type: ignore[arg-type]
+COST_FORMATS: Formats = {"Mean": points, "Parameters": "{:,.0f}", "Train s": "{:.1f}"}
+COST_FORMATS |= dict.fromkeys(["Front: parameters", "Front: time"], _yes)
+LEADER_FORMATS: Formats = {"p (Holm)": "{:.2g}", "Beats all": _yes}
+LEADER_FORMATS |= dict.fromkeys(["Mean", "Runner-up mean", "Difference", "Low", "High"], points)
+LEADER_CAPTION = "Best head at each size against the runner-up (dev, ×100; the verdict's interval)."
 
 
 def _reasons(reasons: pd.Series) -> str:
@@ -78,7 +71,7 @@ def spread_section(ctx: ReportContext) -> Section | None:
         SD=("value", "std"),
     )
     parts = [
-        _figure(
+        embed(
             figures.seed_strips(runs, ctx.palette, ctx.multi_encoder),
             "Every run's dev score per head and setting",
             f"Every run on dev ({int(runs['failed'].sum())} of {len(runs)} failed: ×, or ▼ "
@@ -89,11 +82,10 @@ def spread_section(ctx: ReportContext) -> Section | None:
     evp = stats.expected_validation_performance(ctx.inputs.table)
     if evp["n_seeds"].max() > 1:
         evp = evp[evp["n_seeds"].isin(EVP_SEEDS)]
-        cell = [
-            points(m) + f" ± {100 * s:.2f}"
-            for m, s in evp[["expected_max", "expected_max_std"]].to_numpy()
-        ]
-        wide = evp.assign(cell=cell).pivot(index=GROUP, columns="n_seeds", values="cell")
+        sd = (100 * evp["expected_max_std"]).map(" ± {:.2f}".format)
+        wide = evp.assign(cell=evp["expected_max"].map(points) + sd).pivot(
+            index=GROUP, columns="n_seeds", values="cell"
+        )
         seen = runs.groupby(GROUP)["value"].agg(Seeds="count", best="max")
         wide = seen[["Seeds"]].join(wide.rename(columns=lambda n: f"n = {n}").fillna(""))
         wide["Best seen"] = seen["best"]
@@ -117,30 +109,24 @@ def cost_section(ctx: ReportContext) -> Section | None:
     front = frame[frame[flags].any(axis=1)]
     names = dict(zip(["mean", *figures.COST_AXES, *flags], COST_NAMES, strict=True))
     table = front[[*GROUP, *names]].rename(columns=names)
+    caption = "Heads no other of the task beats at equal or lower cost (dev, ×100)."
     parts = [
-        _figure(
+        embed(
             figures.cost_scatter(frame, ctx.palette, ctx.multi_encoder),
             "Mean dev score against trainable parameters and training time",
             "Mean dev score per head against its cost; black edge and dashed step: the Pareto "
             "front; grey dashed: the best constant.",
         ),
-        _table(
-            ctx,
-            table,
-            "Heads no other of the task beats at equal or lower cost (dev, ×100).",
-            {"Mean": points, "Parameters": "{:,.0f}", "Train s": "{:.1f}"} | YES,
-        ),
+        _table(ctx, table, caption, COST_FORMATS),
     ]
     return Section("cost", "Cost vs score", "\n".join(parts))
 
 
 def curves_section(ctx: ReportContext) -> Section | None:
     """Each head's main metric after each epoch (``history.csv``), per setting."""
-    history = ctx.inputs.history
-    if history.empty or ctx.scores.empty:
-        return None
     main = ctx.scores.drop_duplicates("task").set_index("task")["metric"]
-    history = history[history["metric"] == history["task"].map(main)]
+    history = ctx.inputs.history
+    history = history[history["metric"] == history["task"].map(main)] if len(history) else history
     if history.empty:
         return None
     split = "select" if (history["split"] == "select").any() else str(history["split"].iloc[0])
@@ -148,22 +134,16 @@ def curves_section(ctx: ReportContext) -> Section | None:
     history = history.assign(epoch=history["epoch"].astype(int) + 1)
     curve = history.groupby([*GROUP, "epoch"])["value"].agg(mean="mean", low="min", high="max")
     curve = curve.reset_index().assign(metric=lambda f: f["task"].map(main))
-    wide = curve.pivot(index=GROUP, columns="epoch", values="mean").rename(
-        columns=lambda e: f"Epoch {e}"
-    )
+    wide = curve.pivot(index=GROUP, columns="epoch", values="mean").add_prefix("Epoch ")
     where = SPLIT_NAMES.get(split, split)
+    caption = f"Mean main metric on {where} after each epoch (×100)."
     parts = [
-        _figure(
+        embed(
             figures.curves(curve, ctx.palette, ctx.multi_encoder, "epoch"),
             f"Main metric on {split} after each epoch, per head and setting",
             f"Main metric on {where} after each epoch: line = mean over seeds, band = min–max.",
         ),
-        _table(
-            ctx,
-            wide.reset_index(),
-            f"Mean main metric on {where} after each epoch (×100).",
-            dict.fromkeys(wide.columns, points),
-        ),
+        _table(ctx, wide.reset_index(), caption, dict.fromkeys(wide.columns, points)),
     ]
     return Section("curves", "Learning curves by epoch", "\n".join(parts))
 
@@ -180,21 +160,15 @@ def training_size_section(ctx: ReportContext) -> Section | None:
     mine = best[[*SETTING, "head_label", "beats_all"]].rename(columns={"head_label": "head_a"})
     vs = pd.concat(found or [ctx.comparisons.iloc[:0]]).merge(mine, on=[*SETTING, "head_a"])
     table = vs.sort_values("mean_b", ascending=False).drop_duplicates(SETTING)
-    names = dict(zip(LEADER_COLUMNS, LEADER_NAMES, strict=True))
-    table = table[[*SETTING, *names]].rename(columns=names)
+    table = table[[*SETTING, *LEADER]].rename(columns=LEADER)
     curve = sized_scores[sized_scores["train_size"] != stats.WHOLE_SPLIT]
     parts = [
-        _figure(
+        embed(
             figures.curves(curve, ctx.palette, ctx.multi_encoder, "train_size", CURVE_KEYS),
             "Dev score against training size per head, one panel per learning curve",
             "Mean dev score and its 95% interval per training size; black edge: the best head "
             "at that size; grey dashed: the best constant.",
         ),
-        _table(
-            ctx,
-            table,
-            "Best head at each size against the runner-up (dev, ×100; the verdict's interval).",
-            LEADER_FORMATS,
-        ),
+        _table(ctx, table, LEADER_CAPTION, LEADER_FORMATS),
     ]
     return Section("training-size", "Score by training size", "\n".join(parts))

@@ -18,31 +18,20 @@ from bench.axes.freezing import freeze_rank
 from bench.axes.heads import head_order
 from bench.results.curves import size_key
 from bench.results.display import TASK_NAMES
+from bench.results.stats import SETTING_KEYS
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 FAILED_COLOUR = "#D55E00"
 CONSTANT_COLOUR = "#555555"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-METRIC_TITLES = {
-    "accuracy": "accuracy (%)",
-    "f1": "F1 (%)",
-    "mcc": "MCC (×100)",
-    "pearson": "Pearson r (×100)",
-    "spearman": "Spearman ρ (×100)",
-}
-STYLE = {
-    "svg.fonttype": "none",  # text stays text (small files, selectable, escaped by matplotlib)
-    "svg.hashsalt": "headbench",  # stable ids: a report built again diffs only where changed
-    "font.size": 9,
-    "axes.titlesize": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "legend.fontsize": 8,
-    "legend.frameon": False,
-    "figure.dpi": 100,
-}
+#: Axis labels: the metrics shown in per cent, and the names of those shown ×100.
+PERCENT = {"accuracy": "accuracy (%)", "f1": "F1 (%)"}
+METRIC_NAMES = {"mcc": "MCC", "pearson": "Pearson r", "spearman": "Spearman ρ"}
+#: Matplotlib's settings: SVG text stays text (small, selectable, escaped by matplotlib), and
+#: SVG ids are stable (a report built again diffs only where it changed).
+STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headbench", "font.size": 9, "axes.titlesize": 9}
+STYLE |= {"axes.spines.top": False, "axes.spines.right": False, "axes.grid": True}
+STYLE |= {"grid.alpha": 0.3, "legend.fontsize": 8, "legend.frameon": False, "figure.dpi": 100}
 
 
 def ordered(values: Iterable[str], preferred: list[str]) -> list[str]:
@@ -63,38 +52,26 @@ def _rank(column: pd.Series) -> pd.Series:
 
 def sort_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in report order: task, encoder, least trained freeze first, size ascending, head."""
-    keys = [
-        k for k in ("task", "encoder", "freeze_label", "train_size", "head_label") if k in frame
-    ]
+    keys = [k for k in (*SETTING_KEYS, "head_label") if k in frame]
     return frame.sort_values(keys, key=_rank, kind="stable")
 
 
-def setting_order(frame: pd.DataFrame, keys: list[str]) -> list[tuple]:
-    """The unique values of ``keys`` (columns of :func:`sort_settings`) in report order."""
-    return list(sort_settings(frame[keys].drop_duplicates()).itertuples(index=False, name=None))
-
-
 class Palette:
-    """Fixed head colours and freeze markers for one report.
-
-    Args:
-        heads: Every head label in the report.
-        freezes: Every freeze label in the report.
-    """
+    """Fixed colours of the report's head labels and markers of its freeze labels."""
 
     def __init__(self, heads: Iterable[str], freezes: Iterable[str]) -> None:
         self.heads = ordered(heads, head_order())
         self.freezes = sorted({str(f) for f in freezes}, key=freeze_rank)
-        self._colour = {h: OKABE_ITO[i % len(OKABE_ITO)] for i, h in enumerate(self.heads)}
-        self._marker = {f: MARKERS[i % len(MARKERS)] for i, f in enumerate(self.freezes)}
 
     def colour(self, head: str) -> str:
         """The head's colour."""
-        return self._colour.get(str(head), "#777777")
+        found = str(head) in self.heads
+        return OKABE_ITO[self.heads.index(str(head)) % len(OKABE_ITO)] if found else "#777777"
 
     def marker(self, freeze: str) -> str:
         """The freezing strategy's marker."""
-        return self._marker.get(str(freeze), "o")
+        found = str(freeze) in self.freezes
+        return MARKERS[self.freezes.index(str(freeze)) % len(MARKERS)] if found else "o"
 
 
 def task_title(task: str) -> str:
@@ -104,7 +81,7 @@ def task_title(task: str) -> str:
 
 def metric_title(metric: str) -> str:
     """Axis label of a metric with its unit (values are shown ×100)."""
-    return METRIC_TITLES.get(str(metric), f"{metric} (×100)")
+    return PERCENT.get(str(metric)) or f"{METRIC_NAMES.get(str(metric), metric)} (×100)"
 
 
 def new_figure(width: float, height: float) -> Figure:

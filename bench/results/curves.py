@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -14,9 +14,8 @@ CURVE_KEYS = ["task", "encoder", "freeze_label"]
 
 def whole_number(train_size: object) -> int:
     """A training size as an integer; None/NA (the whole split) is ``WHOLE_SPLIT``."""
-    if train_size is None or pd.isna(train_size):
-        return WHOLE_SPLIT
-    return int(train_size)  # type: ignore[call-overload]
+    missing = train_size is None or pd.isna(train_size)
+    return WHOLE_SPLIT if missing else int(train_size)  # type: ignore[call-overload]
 
 
 def size_key(train_size: object) -> float:
@@ -28,9 +27,7 @@ def size_key(train_size: object) -> float:
 def size_text(train_size: object) -> str:
     """``400 examples``, ``1 example`` or ``whole training split``."""
     size = whole_number(train_size)
-    if size == WHOLE_SPLIT:
-        return "whole training split"
-    return f"{size:,} example{'s' if size != 1 else ''}"
+    return "whole training split" if size == WHOLE_SPLIT else f"{size:,} example{'s' * (size != 1)}"
 
 
 def sized_settings(frame: pd.DataFrame) -> frozenset[tuple[str, str, str]]:
@@ -55,18 +52,9 @@ def split_by_size(
     split = {setting[: len(keys)] for setting in sized_settings(frame)}
     out: list[tuple[tuple[Any, ...], int | None, pd.DataFrame]] = []
     for values, group in frame.groupby(list(keys), sort=True):
-        if tuple(map(str, values)) not in split:
+        if tuple(map(str, values)) in split:
+            sizes = group["train_size"].map(whole_number)
+            out += [(values, s, group[sizes == s]) for s in sorted(set(sizes), key=size_key)]
+        else:
             out.append((values, None, group))
-            continue
-        sizes = group["train_size"].map(whole_number).to_numpy()
-        out += [(values, s, group[sizes == s]) for s in sorted(set(sizes.tolist()), key=size_key)]
     return out
-
-
-def freeze_text(
-    task: object, encoder: object, freeze: object, size: object, sized: Iterable[tuple]
-) -> str:
-    """``frozen``, or ``frozen, 400 examples`` when ``(task, encoder, freeze)`` is ``sized``."""
-    if (str(task), str(encoder), str(freeze)) in set(sized):
-        return f"{freeze}, {size_text(size)}"
-    return str(freeze)

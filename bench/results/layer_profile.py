@@ -17,11 +17,10 @@ PROFILE_COLUMNS += ["clipped", "n", "best_constant", *STEP, "vs_best"]
 def profile_rows(
     table: pd.DataFrame, scores: pd.DataFrame, comparisons: pd.DataFrame
 ) -> pd.DataFrame:
-    """The profile (:data:`PROFILE_COLUMNS`) of the normalised table's single-layer heads.
+    """The profile (:data:`PROFILE_COLUMNS`) of the table's single-layer heads (or empty).
 
-    ``step``: this layer − the one before (``step_low``/``step_high``: the interval its
-    verdict uses, ``step_verdict``: that verdict); ``vs_best``: this layer's verdict against
-    the best layer of its setting and head (``best`` there); empty without a layer sweep.
+    ``step*``: this layer − the one before (its verdict's interval and verdict); ``vs_best``:
+    the verdict against the best layer of its setting and head (``best`` there).
     """
     single = table[table["layers"].astype(str).str.fullmatch(r"\d+")]
     labels = single[[*SETTING, "head", "head_label", "layers"]].drop_duplicates()
@@ -34,11 +33,8 @@ def profile_rows(
         for _, r in group.iterrows() if len(group) > 1 else []:
             step = oriented(pairs, r["head_label"], before).head(1) if before else pairs.head(0)
             vs = [*oriented(pairs, r["head_label"], best)["verdict"], ""][0]
+            vs = "best" if r["head_label"] == best else vs
             step = step[["estimate", "low", "high", "verdict"]].to_numpy().ravel()
-            out.append(
-                r.to_dict()
-                | dict(zip(STEP, step, strict=False))
-                | {"vs_best": "best" if r["head_label"] == best else vs}
-            )
+            out.append(r.to_dict() | dict(zip(STEP, step, strict=False)) | {"vs_best": vs})
             before = r["head_label"]
     return pd.DataFrame(out, columns=PROFILE_COLUMNS)

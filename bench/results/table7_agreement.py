@@ -12,9 +12,8 @@ from bench.results.frames import oriented, setting_rows
 
 SETTING = list(stats.SETTING_KEYS)
 TABLE7_TASK = "conll2003"
-#: Table 7's rows (selection, the paper's row name) in its order; ``finetune``: encoder trained.
-TABLE7_ROWS = (
-    ("finetune", "Fine-tune (BERT-base)"),
+#: Table 7's feature-based rows (selection, the paper's row name) in its order.
+FROZEN_ROWS = (
     ("embeddings", "Embeddings"),
     ("second_to_last", "Second-to-Last Hidden"),
     ("last", "Last Hidden"),
@@ -22,7 +21,6 @@ TABLE7_ROWS = (
     ("concat_last4", "Concat Last Four Hidden"),
     ("sum_all", "Weighted Sum All 12 Layers"),
 )
-FROZEN_ROWS = TABLE7_ROWS[1:]
 ORDER = {name: i for i, (name, _) in enumerate(FROZEN_ROWS)}
 GAP = ["gap", "gap_low", "gap_high", "verdict"]
 
@@ -44,9 +42,7 @@ def selection_rows(table: pd.DataFrame, scores: pd.DataFrame, refs: pd.DataFrame
     labels = mine[[*SETTING, "head_label", "layers"]].drop_duplicates()
     rows = scores.merge(labels, on=[*SETTING, "head_label"])
     rows = rows.assign(paper_row=rows["layers"].map(names), paper=rows["layers"].map(paper))
-    rows = rows.sort_values(
-        [*SETTING, "layers"], key=lambda c: c.map(ORDER) if c.name == "layers" else c
-    )
+    rows = rows.assign(order=rows["layers"].map(ORDER)).sort_values([*SETTING, "order"])
     ranked = rows.groupby(SETTING, sort=False)
     rows["rank"] = ranked["mean"].rank(ascending=False)
     rows["paper_rank"] = ranked["paper"].rank(ascending=False)
