@@ -1,46 +1,31 @@
-"""The report's calibration section: ECE before and after temperature scaling, reliability.
-
-The numbers and their definitions are :mod:`bench.results.calibration`; the section
-appears only where the predictions carry class probabilities.
-"""
+"""The report's calibration section (:mod:`bench.results.calibration`): ECE, reliability."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from bench.report.html import Section, figure, frame_table
-from bench.report.style import Palette, grid, svg_data_uri, task_title
-from bench.results.calibration import (
-    N_BINS,
-    calibration_summary,
-    calibration_tables,
-    pooled_reliability,
-)
+from bench.report.context import ReportContext
+from bench.report.html import Section, embed, frame_table
+from bench.report.style import Palette, grid, task_title
+from bench.results import calibration as cal
 from bench.results.stats import WHOLE_SPLIT
 
-if TYPE_CHECKING:
-    from bench.report.context import ReportContext
-
-#: Setting columns shown only where they vary, and their headers.
-OPTIONAL = {"encoder": "encoder", "train_size": "train size", "split": "split"}
-#: The reliability diagrams' panels: one per setting and split (before / after scaling).
-PANEL_KEYS = ["task", "encoder", "freeze_label", "train_size", "split"]
+OPTIONAL = {"encoder": "encoder", "train_size": "train size", "split": "split"}  #: If they vary.
+PANEL_KEYS = ["task", "encoder", "freeze_label", "train_size", "split"]  #: A panel pair each.
 
 
 def report_rows(frame: pd.DataFrame, palette: Palette) -> pd.DataFrame:
     """Rows in report order (task, encoder, freezing, size, head); whole split as size 0."""
-    rank = {"head_label": palette.heads, "freeze_label": palette.freezes}
+    orders = {"head_label": palette.heads, "freeze_label": palette.freezes}
+    rank = {k: {v: i for i, v in enumerate(order)} for k, order in orders.items()}
     frame = frame.assign(train_size=frame["train_size"].fillna(WHOLE_SPLIT).astype(int))
     keys = [k for k in [*PANEL_KEYS, "head_label"] if k in frame]
-    return frame.sort_values(
-        keys,
-        key=lambda c: c.map({v: i for i, v in enumerate(rank[c.name])}) if c.name in rank else c,
-    )
+    return frame.sort_values(keys, key=lambda c: c.map(rank[c.name]) if c.name in rank else c)
 
 
 def setting_columns(frame: pd.DataFrame) -> dict[str, str]:
@@ -54,28 +39,20 @@ def size_text(size: object) -> str:
     return "all" if size == WHOLE_SPLIT else f"{int(size):,}"  # type: ignore[call-overload]
 
 
-#: Formats of the setting columns (by header).
-SETTING_FORMATS: dict[str, Any] = {"task": task_title, "train size": size_text}
+SETTING_FORMATS: dict[str, Any] = {"task": task_title, "train size": size_text}  #: By header.
 
 
 def reliability_figure(points: pd.DataFrame, palette: Palette) -> Figure:
-    """Accuracy against confidence per bin and head, before and after scaling.
+    """Accuracy against confidence per bin and head, as trained and after temperature scaling.
 
-    Args:
-        points: :func:`~bench.results.calibration.pooled_reliability` rows; a setting that
-            ran at several training sizes is drawn at its largest.
-        palette: Report palette.
-
-    Returns:
-        Two panels (as trained, after temperature scaling) per setting and split.
+    Two panels per setting (at its largest training size) and split of the ``points``.
     """
     points = report_rows(points, palette)
     size = points["train_size"].replace(WHOLE_SPLIT, np.inf)
     points = points[size == size.groupby([points[k] for k in PANEL_KEYS[:3]]).transform("max")]
     panels = list(points.groupby(PANEL_KEYS, sort=False))
     fig, axes = grid(2 * len(panels), columns=2, width=3.8, height=3.3)
-    for i, (keys, panel) in enumerate(panels):
-        task, encoder, freeze, train_size, split = keys
+    for i, ((task, encoder, freeze, train_size, split), panel) in enumerate(panels):
         for ax, scaled in zip(axes[2 * i : 2 * i + 2], (False, True), strict=True):
             ax.plot([0, 1], [0, 1], color="#888", lw=0.8, ls="--")
             for head, curve in panel[panel["scaled"] == scaled].groupby("head_label", sort=False):
@@ -92,32 +69,25 @@ def reliability_figure(points: pd.DataFrame, palette: Palette) -> Figure:
 
 
 def calibration_section(ctx: ReportContext) -> Section | None:
-    """ECE per setting and head before and after temperature scaling, and reliability.
-
-    Returns:
-        The section, or None when no prediction carries class probabilities.
-    """
-    runs, bins = calibration_tables(ctx.inputs.predictions)
+    """ECE per setting and head before and after temperature scaling, reliability; or None."""
+    runs, bins = cal.calibration_tables(ctx.inputs.predictions)
     if runs.empty:
         return None
-    summary = report_rows(calibration_summary(runs), ctx.palette)
+    summary = report_rows(cal.calibration_summary(runs), ctx.palette)
     names = setting_columns(summary) | {"seeds": "seeds", "accuracy_mean": "acc. (%)"}
     names |= {"ece_mean": "ECE (%)", "ece_ts_mean": "ECE after TS (%)", "temperature_mean": "T"}
     percent = {h: "{:.1f}" for h in ("acc. (%)", "ECE (%)", "ECE after TS (%)")}
     shown = summary[list(names)].rename(columns=names)
     shown[list(percent)] = shown[list(percent)] * 100
     caption = (
-        f"Means over seeds. ECE: {N_BINS} equal-width confidence bins; T: temperature fitted "
+        f"Means over seeds. ECE: {cal.N_BINS} equal-width confidence bins; T: temperature fitted "
         "on the selection slice (– where a run has none)."
     )
-    parts = [frame_table(shown, caption, SETTING_FORMATS | percent | {"T": "{:.2f}"})]
-    uri = svg_data_uri(reliability_figure(pooled_reliability(bins), ctx.palette))
-    parts.append(
-        figure(
-            uri,
-            "Reliability diagrams per head, before and after temperature scaling",
-            f"Accuracy against mean confidence in {N_BINS} bins, seeds pooled; points below "
-            "the dashed diagonal are overconfident.",
-        )
+    table = frame_table(shown, caption, SETTING_FORMATS | percent | {"T": "{:.2f}"})
+    figure = embed(
+        reliability_figure(cal.pooled_reliability(bins), ctx.palette),
+        "Reliability diagrams per head, before and after temperature scaling",
+        f"Accuracy against mean confidence in {cal.N_BINS} bins, seeds pooled; points below "
+        "the dashed diagonal are overconfident.",
     )
-    return Section("calibration", "Calibration", "\n".join(parts))
+    return Section("calibration", "Calibration", f"{table}\n{figure}")

@@ -1,8 +1,4 @@
-"""The report's self-check section, from the ``selfcheck.json`` beside the results, if any.
-
-Each re-trained cell's committed and today's value, then each head's committed mean and
-interval beside its mean with today's values (:mod:`bench.results.selfcheck_record`).
-"""
+"""The report's self-check section, from the ``selfcheck.json`` beside the results, if any."""
 
 from __future__ import annotations
 
@@ -10,21 +6,17 @@ from bench.report.context import ReportContext
 from bench.report.html import Section, frame_table
 from bench.results.selfcheck_record import cell_frame, environment, head_frame
 
-#: Shown columns of the cell and head frames, with their headers.
-CELL_COLUMNS = {"cell": "cell", "metric": "metric", "status": "status"}
-CELL_COLUMNS |= {"committed": "committed", "today": "today", "diff": "Δ"}
-CELL_COLUMNS |= {"changed": "predictions changed", "n_predictions": "of"}
-CELL_COLUMNS |= {"identical": "identical", "stale": "stale"}
-HEAD_COLUMNS = {"setting": "setting", "metric": "metric", "n": "seeds", "seeds": "re-run"}
-HEAD_COLUMNS |= {"committed_mean": "committed mean", "t_low": "t low", "t_high": "t high"}
-HEAD_COLUMNS |= {"ci_low": "BCa low", "ci_high": "BCa high", "today_mean": "today's mean"}
-HEAD_COLUMNS |= {"shift": "shift", "inside": "inside", "stale": "stale"}
-
-
+#: Shown columns of the cell and head frames, and the headers that differ from their names.
+CELLS = ["cell", "metric", "status", "committed", "today", "diff", "changed", "n_predictions"]
+CELLS += ["identical", "stale"]
+HEADS = ["setting", "metric", "n", "seeds", "committed_mean", "t_low", "t_high", "ci_low"]
+HEADS += ["ci_high", "today_mean", "shift", "inside", "stale"]
+HEADERS = {"diff": "Δ", "changed": "predictions changed", "n_predictions": "of", "n": "seeds"}
+HEADERS |= {"seeds": "re-run", "ci_low": "BCa low", "ci_high": "BCa high", "t_low": "t low"}
+HEADERS |= {"committed_mean": "committed mean", "t_high": "t high", "today_mean": "today's mean"}
 #: How each shown column reads: scores ×100 (a move signed), counts whole, flags yes/no.
-FORMATS = {c: lambda v: f"{100 * v:.2f}" for c in ("committed", "today", "today's mean")}
-FORMATS |= {c: lambda v: f"{100 * v:.2f}" for c in ("committed mean", "t low", "t high")}
-FORMATS |= {c: lambda v: f"{100 * v:.2f}" for c in ("BCa low", "BCa high")}
+SCORES = ("committed", "today", "today's mean", "committed mean", "t low", "t high")
+FORMATS = {c: lambda v: f"{100 * v:.2f}" for c in (*SCORES, "BCa low", "BCa high")}
 FORMATS |= {c: lambda v: f"{100 * v:+.2f}" for c in ("Δ", "shift")}
 FORMATS |= {c: lambda v: f"{v:.0f}" for c in ("predictions changed", "of")}
 FORMATS |= {c: lambda v: "yes" if v else "no" for c in ("identical", "inside", "stale")}
@@ -35,8 +27,8 @@ def selfcheck_section(ctx: ReportContext) -> Section | None:
     record = ctx.inputs.selfcheck
     if record is None:
         return None
-    cells = cell_frame(record, ctx.inputs.table)[list(CELL_COLUMNS)].rename(columns=CELL_COLUMNS)
-    heads = head_frame(record, ctx.inputs.table)[list(HEAD_COLUMNS)].rename(columns=HEAD_COLUMNS)
+    cells = cell_frame(record, ctx.inputs.table)[CELLS].rename(columns=HEADERS)
+    heads = head_frame(record, ctx.inputs.table)[HEADS].rename(columns=HEADERS)
     heads["re-run"] = heads["re-run"].map(lambda seeds: ",".join(map(str, seeds)))
     stale = int(cells["stale"].sum() + heads["stale"].sum())
     # a column that says nothing here: every cell ok, no BCa interval recorded, nothing stale
@@ -51,19 +43,11 @@ def selfcheck_section(ctx: ReportContext) -> Section | None:
         f"{env.at['commit', 'committed']} on {env.at['device', 'committed']}); "
         f"versions changed: {changed or 'none'}."
     )
+    rerun = f"; {stale} rows no longer match the committed results: re-run the check"
     head_caption = (
         f"Committed mean with its {float(record.get('confidence') or 0.95):.0%} intervals; "
-        "today's mean takes today's values for the re-run seeds"
-        + (
-            f"; {stale} rows no longer match the committed results: re-run the check."
-            if stale
-            else "."
-        )
+        f"today's mean takes today's values for the re-run seeds{rerun if stale else ''}."
     )
-    body = "\n".join(
-        [
-            frame_table(cells, cell_caption, FORMATS, table_id="selfcheck-cells"),
-            frame_table(heads, head_caption, FORMATS, table_id="selfcheck-heads"),
-        ]
-    )
-    return Section("selfcheck", "Self-check", body)
+    cell_table = frame_table(cells, cell_caption, FORMATS, table_id="selfcheck-cells")
+    head_table = frame_table(heads, head_caption, FORMATS, table_id="selfcheck-heads")
+    return Section("selfcheck", "Self-check", f"{cell_table}\n{head_table}")

@@ -1,12 +1,8 @@
-"""The report's variance section: initialisation against batch order, per head setting.
-
-The numbers and their definitions are :mod:`bench.results.variance`; the section appears
-only where some head's runs cross seeds with order seeds.
-"""
+"""The report's variance section: initialisation against batch order, per head setting."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,43 +10,24 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from bench.report.calibration import SETTING_FORMATS, report_rows, setting_columns, size_text
-from bench.report.html import Section, figure, frame_table
-from bench.report.style import Palette, grid, svg_data_uri, task_title
+from bench.report.context import ReportContext
+from bench.report.html import Section, embed, frame_table
+from bench.report.style import Palette, grid, task_title
 from bench.results.variance import ALPHA, variance_table
 
-if TYPE_CHECKING:
-    from bench.report.context import ReportContext
-
 #: The components in the order drawn: column, legend label, colour.
-COMPONENTS = (
-    ("share_init", "initialisation (seed)", "#0072B2"),
-    ("share_order", "batch order (order_seed)", "#E69F00"),
-    ("share_resid", "residual (interaction)", "#BBBBBB"),
-)
+COMPONENTS = [("share_init", "initialisation (seed)", "#0072B2")]
+COMPONENTS += [("share_order", "batch order (order_seed)", "#E69F00")]
+COMPONENTS += [("share_resid", "residual (interaction)", "#BBBBBB")]
 #: The table's columns after the setting's, with their headers.
-SHOWN = {
-    "grid": "seeds × orders",
-    "mean": "mean",
-    "sd_init": "SD init",
-    "sd_order": "SD order",
-    "sd_resid": "SD resid.",
-    "share_init": "init %",
-    "share_order": "order %",
-    "share_resid": "resid. %",
-    "p_init": "p init",
-    "p_order": "p order",
-    "failures": "failed",
-    "failure_origin": "failures from",
-}
+SHOWN = {"grid": "seeds × orders", "mean": "mean", "sd_init": "SD init", "sd_order": "SD order"}
+SHOWN |= {"sd_resid": "SD resid.", "share_init": "init %", "share_order": "order %"}
+SHOWN |= {"share_resid": "resid. %", "p_init": "p init", "p_order": "p order"}
+SHOWN |= {"failures": "failed", "failure_origin": "failures from"}
 
 
 def shares_figure(frame: pd.DataFrame, palette: Palette) -> Figure:
-    """Stacked bars of each head's variance shares, one panel per setting.
-
-    Args:
-        frame: :func:`~bench.results.variance.variance_table` rows in report order.
-        palette: Report palette.
-    """
+    """Stacked bars of each head's variance shares (``frame``: report order), a panel a setting."""
     settings = list(frame.groupby(["task", "encoder", "freeze_label", "train_size"], sort=False))
     height = 0.9 + 0.35 * frame["head_label"].nunique()
     fig, axes = grid(len(settings), columns=2, width=4.2, height=height)
@@ -69,16 +46,12 @@ def shares_figure(frame: pd.DataFrame, palette: Palette) -> Figure:
 
 
 def variance_section(ctx: ReportContext) -> Section | None:
-    """Each crossed head setting's variance components, as a table and a figure of shares.
-
-    Returns:
-        The section, or None when no head's runs cross seeds with order seeds.
-    """
+    """Each crossed head setting's variance components, a table and a figure; None without."""
     frame = variance_table(ctx.inputs.table)
     if frame.empty:
         return None
     frame = report_rows(frame, ctx.palette)
-    frame["grid"] = [f"{i}×{j}" for i, j in zip(frame["n_init"], frame["n_order"], strict=True)]
+    frame["grid"] = frame["n_init"].astype(str) + "×" + frame["n_order"].astype(str)
     names = setting_columns(frame) | SHOWN
     shown = frame[list(names)].rename(columns=names)
     scaled = ["mean", "SD init", "SD order", "SD resid.", "init %", "order %", "resid. %"]
@@ -89,8 +62,10 @@ def variance_section(ctx: ReportContext) -> Section | None:
         "Main metric ×100 on dev. Components: two-way random-effects ANOVA of seeds × order seeds; "
         f"p: its F tests; failures from: the same tests of the failure indicator (α={ALPHA})."
     )
-    uri = svg_data_uri(shares_figure(frame, ctx.palette))
-    alt = "Stacked bars: each head's variance shares, initialisation, order, residual"
-    shares = "Shares of each head's score variance: initialisation, batch order and residual."
-    body = [frame_table(shown, caption, formats), figure(uri, alt, shares)]
-    return Section("variance", "Where the variance comes from", "\n".join(body))
+    figure = embed(
+        shares_figure(frame, ctx.palette),
+        "Stacked bars: each head's variance shares, initialisation, order, residual",
+        "Shares of each head's score variance: initialisation, batch order and residual.",
+    )
+    body = f"{frame_table(shown, caption, formats)}\n{figure}"
+    return Section("variance", "Where the variance comes from", body)

@@ -1,13 +1,9 @@
-"""Calibration of the classification heads from stored class probabilities (torch-free).
+"""Calibration of the classification heads from the stored class probabilities ``probs``.
 
-``probs`` of ``predictions.parquet``: the softmax of the selected model's logits, in class-id
-order (regression and token tasks store none). For ``n`` examples with probabilities ``p_i``,
-label ``y_i`` and confidence ``c_i = max_k p_ik``: **ECE** (Guo et al. 2017) over
-:data:`N_BINS` equal-width confidence bins ``((m−1)/M, m/M]`` (the first also holds 0),
-``Σ_m |B_m|/n · |accuracy(B_m) − mean confidence(B_m)|``; **Brier**
-``mean_i Σ_k (p_ik − 1[y_i = k])²`` (0 to 2); **NLL** ``mean_i −ln p_i,y_i``. **Temperature
-scaling**: ``softmax(ln p / T)`` (= ``softmax(logits / T)``), one ``T`` per run minimising the
-NLL on its selection slice (``split == "select"``), never on a reporting split (NaN without).
+With confidence ``c_i = max_k p_ik``: **ECE** (Guo et al. 2017) over :data:`N_BINS` equal-width
+bins ``((m−1)/M, m/M]``, ``Σ_m |B_m|/n · |accuracy(B_m) − mean confidence(B_m)|``; **Brier**
+``mean_i Σ_k (p_ik − 1[y_i = k])²``; **NLL** ``mean_i −ln p_i,y_i``. **Temperature scaling**:
+``softmax(ln p / T)``, ``T`` minimising the NLL on the run's selection slice (NaN without).
 """
 
 from __future__ import annotations
@@ -26,18 +22,13 @@ from bench.data.tasks import ALL_TASKS, TaskSpec
 from bench.errors import DataError
 from bench.results.predictions import label_texts
 
-#: Equal-width confidence bins of the ECE and the reliability diagrams.
-N_BINS = 15
-#: The temperatures searched (a slice the model separates perfectly stops at the lower end).
-TEMPERATURE_BOUNDS = (0.01, 100.0)
-#: The floor of a probability under a logarithm (the smallest normal float64).
-TINY = float(np.finfo(np.float64).tiny)
-#: One run: the keys of :func:`calibration_tables`' rows.
-RUN_KEYS = [*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]
+N_BINS = 15  #: Equal-width confidence bins of the ECE and the reliability diagrams.
+TEMPERATURE_BOUNDS = (0.01, 100.0)  #: Searched (a perfectly separated slice stops at 0.01).
+TINY = float(np.finfo(np.float64).tiny)  #: A probability's floor under a logarithm.
+RUN_KEYS = [*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]  #: One run (:func:`calibration_tables`).
 #: One row of :func:`calibration_summary`: a head in one setting and reporting split.
 SETTING_KEYS = ["task", "encoder", "freeze_label", "train_size", "head_label", "split"]
-#: The scores before (and, suffixed ``_ts``, after) temperature scaling.
-SCORES = ("ece", "brier", "nll")
+SCORES = ("ece", "brier", "nll")  #: Before (and, suffixed ``_ts``, after) temperature scaling.
 
 
 def bin_totals(probs: np.ndarray, labels: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
@@ -71,39 +62,18 @@ def fit_temperature(probs: np.ndarray, labels: np.ndarray) -> float:
     def nll(log_t: float) -> float:
         return float(-log_softmax(log_p / math.exp(log_t), axis=1)[rows, labels].mean())
 
-    bounds = (math.log(TEMPERATURE_BOUNDS[0]), math.log(TEMPERATURE_BOUNDS[1]))
+    bounds = tuple(math.log(t) for t in TEMPERATURE_BOUNDS)
     found = minimize_scalar(nll, bounds=bounds, method="bounded", options={"xatol": 1e-7})
     return math.exp(found.x)
-
-
-def _arrays(rows: pd.DataFrame, spec: TaskSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(n, C) probabilities and class ids of one classification task's prediction rows."""
-    ids = {text: k for k, text in enumerate(label_texts(spec))}
-    labels = rows["label"].map(ids)
-    if labels.isna().any():
-        unknown = sorted(set(rows.loc[labels.isna(), "label"].astype(str)))
-        raise DataError(f"{spec.name}: labels {unknown} are not classes of the task")
-    probs = np.stack(rows["probs"].to_numpy()).astype(float)
-    if probs.shape[1] != len(ids):
-        raise DataError(f"{spec.name}: {probs.shape[1]} probabilities per row, not {len(ids)}")
-    return probs, labels.to_numpy(dtype=np.int64)
 
 
 def calibration_tables(
     predictions: pd.DataFrame, n_bins: int = N_BINS
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Calibration of every run with probabilities, before and after temperature scaling.
+    """``(runs, bins)``: per run and reporting split its scores, per bin its examples and sums.
 
-    Args:
-        predictions: ``predictions.parquet`` rows; rows without ``probs`` are ignored.
-        n_bins: Number of ECE / reliability bins.
-
-    Returns:
-        ``(runs, bins)``: per run and reporting split, its scores (``_ts``: after scaling),
-        and per bin, before and after scaling, its examples, confidence and correct sums.
-
-    Raises:
-        DataError: A label that is not a class, or not one probability per class.
+    ``_ts``: after temperature scaling; rows without ``probs`` are ignored. Raises DataError
+    for a label that is not a class, or not one probability per class.
     """
     runs: list[dict[str, object]] = []
     bins: list[dict[str, object]] = []
@@ -112,7 +82,14 @@ def calibration_tables(
         spec = ALL_TASKS.get(str(task))
         if not isinstance(spec, TaskSpec) or spec.is_regression:
             continue
-        probs, labels = _arrays(part, spec)
+        ids = {text: k for k, text in enumerate(label_texts(spec))}
+        labels = part["label"].map(ids)
+        if labels.isna().any():
+            unknown = sorted(set(part.loc[labels.isna(), "label"].astype(str)))
+            raise DataError(f"{spec.name}: labels {unknown} are not classes of the task")
+        probs, labels = np.stack(part["probs"].to_numpy()).astype(float), labels.to_numpy(np.int64)
+        if probs.shape[1] != len(ids):
+            raise DataError(f"{spec.name}: {probs.shape[1]} probabilities per row, not {len(ids)}")
         splits = part["split"].to_numpy(dtype=object)
         for where in part.groupby(RUN_KEYS, sort=True, dropna=False).indices.values():
             ident = {k: part[k].iloc[where[0]] for k in RUN_KEYS}
@@ -150,16 +127,10 @@ def calibration_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def pooled_reliability(bins: pd.DataFrame) -> pd.DataFrame:
-    """Reliability points of :func:`calibration_tables`' bins, runs (seeds) pooled per setting.
-
-    One row per :data:`SETTING_KEYS`, ``scaled`` and non-empty ``bin``: ``count``, and the
-    pooled examples' mean ``confidence`` and ``accuracy``.
-    """
-    pooled = bins.groupby([*SETTING_KEYS, "scaled", "bin"], sort=True, dropna=False)[
-        ["count", "confidence_sum", "correct_sum"]
-    ].sum()
+    """Reliability points, seeds pooled, per :data:`SETTING_KEYS`, ``scaled`` and non-empty bin."""
+    sums = ["count", "confidence_sum", "correct_sum"]
+    pooled = bins.groupby([*SETTING_KEYS, "scaled", "bin"], sort=True, dropna=False)[sums].sum()
     pooled = pooled[pooled["count"] > 0]
-    return pooled.assign(
-        confidence=pooled["confidence_sum"] / pooled["count"],
-        accuracy=pooled["correct_sum"] / pooled["count"],
-    )[["count", "confidence", "accuracy"]].reset_index()
+    means = pooled[["confidence_sum", "correct_sum"]].div(pooled["count"], axis=0)
+    pooled[["confidence", "accuracy"]] = means.to_numpy()
+    return pooled[["count", "confidence", "accuracy"]].reset_index()

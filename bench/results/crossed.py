@@ -1,24 +1,20 @@
 """Runs that cross initialisation seeds with batch-order seeds: the grid and its grand mean.
 
-With every seed run under every order seed, ``x_ij = μ + a_i + b_j + e_ij`` (random seed
-and order effects), the grand mean's variance is ``σ_a²/I + σ_b²/J + σ_e²/(IJ)``. From the
-two-way ANOVA mean squares (no replication) it is ``(MS_A + MS_B − MS_E)/(IJ)``, a negative
-component set to 0 (its mean square then drops out), with Satterthwaite's degrees of
-freedom ``V² / Σ (c_k MS_k)² / df_k``: the standard analysis of a balanced crossed design
-(Clark 1973; Baayen, Davidson & Bates 2008). Torch-free.
+For ``x_ij = μ + a_i + b_j + e_ij`` (random effects), the grand mean's variance is
+``(MS_A + MS_B − MS_E)/(IJ)`` from the two-way ANOVA mean squares, a negative component set
+to 0, with Satterthwaite's df ``V² / Σ (c_k MS_k)² / df_k`` (Clark 1973; Baayen et al. 2008).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 
-@dataclass(frozen=True)
-class CrossedMean:
+class CrossedMean(NamedTuple):
     """A crossed grid's grand mean, its standard error and Satterthwaite df (NaN if se is 0)."""
 
     mean: float
@@ -29,8 +25,7 @@ class CrossedMean:
 def mean_squares(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Mean squares (rows, columns, residual) of a complete I × J grid, I, J ≥ 2, and their df.
 
-    A two-way analysis of variance without replication; a mean square within float noise of
-    0 is 0. Raises ValueError for a grid smaller than 2 × 2 or with a missing value.
+    A mean square within float noise of 0 is 0; ValueError for a smaller or incomplete grid.
     """
     x = np.asarray(grid, dtype=float)
     if x.ndim != 2 or min(x.shape) < 2 or not np.isfinite(x).all():
@@ -38,19 +33,16 @@ def mean_squares(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     (n_i, n_j), grand = x.shape, x.mean()
     rows, cols = x.mean(axis=1), x.mean(axis=0)
     resid = x - rows[:, None] - cols[None, :] + grand
-    ss = np.array(
-        [n_j * ((rows - grand) ** 2).sum(), n_i * ((cols - grand) ** 2).sum(), (resid**2).sum()]
-    )
+    ss = [n_j * ((rows - grand) ** 2).sum(), n_i * ((cols - grand) ** 2).sum(), (resid**2).sum()]
     df = np.array([n_i - 1, n_j - 1, (n_i - 1) * (n_j - 1)])
-    ms = ss / df
+    ms = np.array(ss) / df
     return np.where(ms > 1e-12 * max(1.0, float((x**2).mean())), ms, 0.0), df
 
 
 def grid_of(values: pd.Series) -> pd.DataFrame | None:
     """Values indexed by (seed, order_seed) as a complete seeds × orders grid, if crossed.
 
-    Missing runs (NaN or absent) are cut greedily, the row or column with the most gaps first
-    (rows on ties). None when no complete part of at least 2 × 2 remains (not crossed).
+    The row or column with the most gaps (rows on ties) is cut first; None below 2 × 2.
     """
     finite = values.dropna()
     if finite.empty or finite.index.nlevels != 2:
@@ -58,10 +50,8 @@ def grid_of(values: pd.Series) -> pd.DataFrame | None:
     grid = finite.unstack()
     while grid.size and grid.isna().to_numpy().any():
         by_row, by_col = grid.isna().sum(axis=1), grid.isna().sum(axis=0)
-        if by_row.max() >= by_col.max():
-            grid = grid.drop(index=by_row.idxmax())
-        else:
-            grid = grid.drop(columns=by_col.idxmax())
+        row = by_row.max() >= by_col.max()
+        grid = grid.drop(index=by_row.idxmax()) if row else grid.drop(columns=by_col.idxmax())
     return grid if min(grid.shape) >= 2 else None
 
 
@@ -70,7 +60,6 @@ def crossed_mean(grid: np.ndarray | pd.DataFrame) -> CrossedMean:
     ms, df = mean_squares(grid)
     on = (ms[:2] > ms[2]).astype(float)  # a positive seed / order component
     c = np.array([on[0], on[1], 1.0 - on.sum()]) / np.size(grid)
-    var = float(c @ ms)
-    terms = float(((c * ms) ** 2 / df).sum())
+    var, terms = float(c @ ms), float(((c * ms) ** 2 / df).sum())
     df_v = var**2 / terms if var > 0 and terms > 0 else math.nan
     return CrossedMean(float(np.mean(grid)), math.sqrt(max(var, 0.0)), df_v)

@@ -1,10 +1,8 @@
 """``python -m bench.results.tables SOURCE --style glue|table7|heads|all [-o OUT]``.
 
-Writes ``<style>.md``, ``.tex`` and ``.html`` (pandas ``to_markdown``, ``Styler``) and prints
-the Markdown: ``heads`` the answer and every verdict, ``glue`` GLUE's leaderboard layout with
-the published RoBERTa-base rows, ``table7`` BERT's Table 7 (CoNLL-2003, frozen BiLSTM by layer
-selection). Every number is a ``scores``/``comparisons`` row (:mod:`bench.results.frames`: the
-results directory's, else computed) shown by :mod:`bench.results.display`, as in the report.
+Writes ``<style>.md``, ``.tex`` and ``.html`` and prints the Markdown: ``heads`` the answer and
+every verdict, ``glue`` GLUE's layout with the published RoBERTa-base rows, ``table7`` BERT's
+Table 7 (CoNLL-2003, frozen BiLSTM by layer selection), from the frames, as in the report.
 """
 
 from __future__ import annotations
@@ -65,20 +63,17 @@ class Part(NamedTuple):
     markdown: pd.DataFrame | None = None
 
 
-#: A style's title, a line above its tables, and the tables.
-Document = tuple[str, str, list[Part]]
+Document = tuple[str, str, list[Part]]  #: A style's title, a line above its tables, the tables.
 Frame: TypeAlias = pd.DataFrame
 
 
 def heads_document(table: Frame, scores: Frame, comparisons: Frame, refs: Frame) -> Document:
     """The answer table and every comparison's verdict, as the report and README show them."""
-    answer, (best, _) = display.answer_frame(scores), display.answer_marks(scores)
-    parts = [
-        Part("Which head?", CAPTIONS["heads"], answer, best, display.answer_frame(scores, True)),
-        Part("Verdicts", CAPTIONS["verdicts"], display.verdict_frame(comparisons, scores)),
-    ]
-    lead = display.takeaway(scores, comparisons)
-    return "Heads × settings", lead, parts[: 1 + bool(len(comparisons))]
+    frame, (best, _) = display.answer_frame(scores), display.answer_marks(scores)
+    answer = Part("Which head?", CAPTIONS["heads"], frame, best, display.answer_frame(scores, True))
+    verdicts = Part("Verdicts", CAPTIONS["verdicts"], display.verdict_frame(comparisons, scores))
+    parts = [answer, verdicts][: 1 + bool(len(comparisons))]
+    return "Heads × settings", display.takeaway(scores, comparisons), parts
 
 
 def glue_document(table: Frame, scores: Frame, comparisons: Frame, refs: Frame) -> Document:
@@ -127,18 +122,13 @@ def table7_document(table: Frame, scores: Frame, comparisons: Frame, refs: Frame
         return title, "No frozen BiLSTM layer selections of Table 7 in these results.", []
     rows = found.merge(scores, on=[*frames.SETTING, "head_label"])
     model = str(refs.loc[refs["task"] == TABLE7_TASK, "model"].iloc[0])
-    frame = pd.DataFrame(
-        {
-            "Encoder": rows["encoder"],
-            "Training": rows["train_size"].map(size_text),
-            "Layers": rows["paper_row"],
-            "Ours": [display.score_text(r) for _, r in rows.iterrows()],
-            "Rank": rows["rank"].map("{:g}".format),
-            model: rows["paper"].map(display.points),
-            f"Rank ({model})": rows["paper_rank"].map("{:g}".format),
-            "Ours − paper": (rows["mean"] - rows["paper"]).map(lambda v: display.points(v, True)),
-        }
-    )
+    ours, diff = [display.score_text(r) for _, r in rows.iterrows()], rows["mean"] - rows["paper"]
+    columns = {"Encoder": rows["encoder"], "Training": rows["train_size"].map(size_text)}
+    columns |= {"Layers": rows["paper_row"], "Ours": ours, "Rank": rows["rank"].map("{:g}".format)}
+    columns |= {model: rows["paper"].map(display.points)}
+    columns |= {f"Rank ({model})": rows["paper_rank"].map("{:g}".format)}
+    columns |= {"Ours − paper": diff.map(lambda v: display.points(v, True))}
+    frame = pd.DataFrame(columns)
     bold = pd.DataFrame(False, index=frame.index, columns=frame.columns)
     bold["Ours"], bold[model] = rows["rank"] == 1, rows["paper_rank"] == 1
     return title, "", [Part("", CAPTIONS["table7"], frame, bold)]
@@ -163,10 +153,9 @@ def to_markdown(doc: Document) -> str:
     """The document as Markdown (``to_markdown``: bold as ``**``)."""
     out = [f"# {doc[0]}", doc[1]]
     for part in doc[2]:
-        cells = part.markdown
-        if cells is None:
-            bold = part.bold if part.bold is not None else False
-            cells = part.frame.mask(bold & (part.frame != ""), "**" + part.frame + "**")
+        cells = part.markdown if part.markdown is not None else part.frame
+        if part.markdown is None and part.bold is not None:
+            cells = part.frame.mask(part.bold & (part.frame != ""), "**" + part.frame + "**")
         out += [f"## {part.title}" if part.title else "", part.caption]
         out.append(cells.to_markdown(index=False, disable_numparse=True))
     return "\n\n".join(text for text in out if text) + "\n"
@@ -191,54 +180,40 @@ def to_html(doc: Document) -> str:
     return "\n".join([*filter(None, out), "</body></html>\n"])
 
 
-def load_source(path: str | Path) -> pd.DataFrame:
-    """The normalised results table of a table file, a results directory or a runs directory."""
-    path = Path(path)
+def load(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A source's normalised results table and frames (stored in its directory, else computed)."""
     if not path.exists():
         raise FileNotFoundError(f"no results or runs at {path}")
-    table = read_table(path) if path.is_file() or has_table(path) else collect([path], None)
-    return stats.normalize_table(table)
-
-
-def load_frames(path: str | Path, table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(scores, comparisons)`` of a source: those its results directory holds, else computed."""
-    path = Path(path)
-    folder = path.parent if path.is_file() else path
+    folder, tabled = path.parent if path.is_file() else path, path.is_file() or has_table(path)
+    table = stats.normalize_table(read_table(path) if tabled else collect([path], None))
     if (stored := frames.read_frames(folder)) is not None:
-        return stored
+        return table, *stored
     command = str(last_launch(read_launch_log([folder])).get("command") or "")
-    if path.is_file() or has_table(folder):
-        cells_file = folder / "cells.json"
-        cells = json.loads(read_text(cells_file)) if cells_file.is_file() else []
-        return frames.from_results(table, read_predictions(folder), cells, command)
+    if tabled:
+        known = folder / "cells.json"
+        cells = json.loads(read_text(known)) if known.is_file() else []
+        return table, *frames.from_results(table, read_predictions(folder), cells, command)
     results, predictions, _ = verified(read_results([path])[0])
-    cells, found = provenance_records(results), predictions_table(predictions)
-    return frames.from_results(table, found, cells, command)
-
-
-def applicable_styles(table: pd.DataFrame) -> list[str]:
-    """The styles that have data in ``table`` (``all`` skips the others)."""
-    tasks = set(table["task"].dropna())
-    has = {"glue": bool(tasks & set(GLUE_TASKS)), "table7": TABLE7_TASK in tasks}
-    return [style for style in STYLES if tasks and has.get(style, True)]
+    found = predictions_table(predictions)
+    return table, *frames.from_results(table, found, provenance_records(results), command)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m bench.results.tables SOURCE --style STYLE [-o OUT_DIR]``."""
     parser = argparse.ArgumentParser("python -m bench.results.tables", description=__doc__)
-    parser.add_argument("source", help="results.csv/.parquet, a results dir or a runs dir")
+    parser.add_argument("source", type=Path, help="results.csv/.parquet, a results or runs dir")
     parser.add_argument("--style", required=True, choices=[*STYLES, "all"])
-    parser.add_argument("-o", "--out", help="output directory (default: the results directory)")
+    parser.add_argument("-o", "--out", type=Path, help="output dir (default: the results dir)")
     args = parser.parse_args(argv)
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source.parent if source.is_file() else source)
+    out = args.out or (args.source.parent if args.source.is_file() else args.source)
     try:
-        table = load_source(source)
-        scores, comparisons = load_frames(source, table)
+        table, scores, comparisons = load(args.source)
     except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    for style in applicable_styles(table) if args.style == "all" else [args.style]:
+    tasks = set(table["task"].dropna())  # ``all``: the styles with data in the table
+    has = {"glue": bool(tasks & set(GLUE_TASKS)), "table7": TABLE7_TASK in tasks, "heads": tasks}
+    for style in [s for s in STYLES if has[s]] if args.style == "all" else [args.style]:
         doc = DOCUMENTS[style](table, scores, comparisons, load_references())
         texts = {"md": to_markdown(doc), "tex": to_latex(doc), "html": to_html(doc)}
         for ext, text in texts.items():

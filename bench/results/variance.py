@@ -1,12 +1,9 @@
 """Where a head's spread comes from: initialisation (``seed``) against batch order (torch-free).
 
-For each head setting whose runs cross seeds with order seeds (``experiment=variance_seeds``;
-a complete grid of at least 2 × 2, :func:`bench.results.crossed.grid_of`), the two-way
-analysis of variance without replication gives random-effects moment estimates, truncated
-at zero: ``var_init = (MS_init − MS_resid)/O``, ``var_order = (MS_order − MS_resid)/I``
-and ``var_resid = MS_resid`` (the interaction, not separable with one run per pair), each
-factor with its F test. The same F tests of the 0/1 failure indicator say whether failures
-follow initialisations or batch orders (Dodge et al. 2020; approximate on a 0/1 outcome).
+Random-effects moments of a crossed grid (:mod:`bench.results.crossed`), truncated at zero:
+``var_init = (MS_init − MS_resid)/O``, ``var_order = (MS_order − MS_resid)/I``, ``var_resid =
+MS_resid``, each with its F test; the same tests of the 0/1 failure indicator say whether
+failures follow initialisations or batch orders (Dodge et al. 2020; approximate).
 """
 
 from __future__ import annotations
@@ -18,23 +15,16 @@ from scipy import stats as sps
 from bench.results.crossed import grid_of, mean_squares
 from bench.results.stats import GROUP_KEYS, ORDER_FROM_SEED, PAIR_KEYS, run_values
 
-#: Level of the F tests that name a failure origin.
-ALPHA = 0.05
-#: The components, in the order of :func:`two_way`.
-COMPONENTS = ("init", "order", "resid")
+ALPHA = 0.05  #: Level of the F tests that name a failure origin.
+COMPONENTS = ("init", "order", "resid")  #: In the order of :func:`two_way`.
 #: ``failure_origin`` by which failure F tests reject (initialisation + 2 × order).
 ORIGINS = ("not separable", "initialisation", "batch order", "both")
-#: Columns of :func:`variance_table`.
-COLUMNS = [*GROUP_KEYS, "metric", "n_init", "n_order", "runs_left_out", "mean"]
-COLUMNS += [f"{k}_{c}" for k in ("sd", "share") for c in COMPONENTS]
-COLUMNS += ["p_init", "p_order", "failures", "fail_p_init", "fail_p_order", "failure_origin"]
 
 
 def two_way(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Components (init, order, residual) of a complete grid, and its F tests' p-values.
 
-    The F tests are of seeds and of orders against the residual: NaN where both mean
-    squares are 0, 0 where only the residual's is.
+    Seeds and orders against the residual: NaN where both mean squares are 0, 0 where only its is.
     """
     ms, df = mean_squares(grid)
     n_i, n_j = np.shape(grid)
@@ -44,18 +34,10 @@ def two_way(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def variance_table(table: pd.DataFrame, metric: str = "main", split: str = "dev") -> pd.DataFrame:
-    """One row per head setting whose runs cross seeds with order seeds.
+    """One row per head setting whose runs cross seeds with order seeds; empty when none does.
 
-    Args:
-        table: A tidy results table.
-        metric: A metric name, or ``"main"`` for each task's main metric.
-        split: The reporting split.
-
-    Returns:
-        :data:`COLUMNS`: the grid (``n_init`` × ``n_order``, runs cut to complete it), the
-        mean, the components as standard deviations and as shares of their sum, the F-test
-        p-values, failed runs of the failure grid with its F tests and origin
-        (:data:`ORIGINS`, ``none`` or ``every run``). Empty when nothing is crossed.
+    The grid (``n_init`` × ``n_order``, ``runs_left_out``), ``mean``, the components as ``sd_*``
+    and ``share_*``, F tests' ``p_*``, ``failures`` with ``fail_p_*`` and ``failure_origin``.
     """
     runs = run_values(table, metric=metric, split=split)
     rows = []
@@ -64,20 +46,21 @@ def variance_table(table: pd.DataFrame, metric: str = "main", split: str = "dev"
         scores, failed = grid_of(indexed["value"]), grid_of(indexed["failed"].astype(float))
         if scores is None or failed is None:
             continue
-        var, p = two_way(scores)
-        fail_p = two_way(failed)[1]
+        (var, p), fail_p = two_way(scores), two_way(failed)[1]
         n_failed = int(failed.to_numpy().sum())
         origin = ORIGINS[int(fail_p[0] < ALPHA) + 2 * int(fail_p[1] < ALPHA)]
         shares = var / var.sum() if var.sum() > 0 else np.full(3, np.nan)
         rows.append(
             dict(zip(GROUP_KEYS, keys, strict=True))
-            | {"metric": group["metric"].iloc[0], "n_init": scores.shape[0]}
-            | {"n_order": scores.shape[1], "runs_left_out": len(group) - scores.size}
-            | {"mean": float(scores.to_numpy().mean())}
+            | {"metric": group["metric"].iloc[0], "mean": float(scores.to_numpy().mean())}
+            | {"n_init": scores.shape[0], "n_order": scores.shape[1], "failures": n_failed}
+            | {"runs_left_out": len(group) - scores.size, "p_init": p[0], "p_order": p[1]}
             | {f"sd_{c}": v for c, v in zip(COMPONENTS, np.sqrt(var), strict=True)}
             | {f"share_{c}": v for c, v in zip(COMPONENTS, shares, strict=True)}
-            | {"p_init": p[0], "p_order": p[1], "failures": n_failed}
             | {"fail_p_init": fail_p[0], "fail_p_order": fail_p[1]}
             | {"failure_origin": {0: "none", failed.size: "every run"}.get(n_failed, origin)}
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    columns = [*GROUP_KEYS, "metric", "n_init", "n_order", "runs_left_out", "mean"]
+    columns += [f"{k}_{c}" for k in ("sd", "share") for c in COMPONENTS]
+    columns += ["p_init", "p_order", "failures", "fail_p_init", "fail_p_order", "failure_origin"]
+    return pd.DataFrame(rows, columns=columns)
