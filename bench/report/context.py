@@ -9,7 +9,6 @@ import pandas as pd
 from bench.report.inputs import ReportInputs
 from bench.report.style import Palette
 from bench.results import frames, stats
-from bench.results.studies import Study, studies_of
 
 
 @dataclass
@@ -24,7 +23,6 @@ class ReportContext:
         comparisons: :func:`bench.results.frames.comparisons` (one row per head pair).
         multi_encoder: Whether the report covers several encoders.
         sized: The (task, encoder, freeze_label) settings that ran at several training sizes.
-        studies: The studies of the newest launch's preset (each its own Holm family).
     """
 
     inputs: ReportInputs
@@ -34,13 +32,11 @@ class ReportContext:
     comparisons: pd.DataFrame
     multi_encoder: bool
     sized: frozenset[tuple[str, str, str]] = frozenset()
-    studies: tuple[Study, ...] = ()
 
 
 def build_context(inputs: ReportInputs) -> ReportContext:
     """Compute the frames of a report (the same function as ``collect`` writes them with)."""
-    table = inputs.table
-    command = str(inputs.launch.get("command") or "")
+    table, command = inputs.table, str(inputs.launch.get("command") or "")
     scores, comparisons = frames.from_results(table, inputs.predictions, inputs.cells, command)
     sizes = scores.groupby(["task", "encoder", "freeze_label"])["train_size"].nunique()
     return ReportContext(
@@ -51,5 +47,4 @@ def build_context(inputs: ReportInputs) -> ReportContext:
         comparisons=comparisons,
         multi_encoder=table["encoder"].nunique() > 1,
         sized=frozenset((str(t), str(e), str(f)) for (t, e, f), n in sizes.items() if n > 1),
-        studies=studies_of(command),
     )

@@ -1,8 +1,6 @@
-"""Generated Markdown: ``results/<experiment>/README.md`` and the README's Findings block.
+"""Generated Markdown: each results README and the README's Findings block.
 
-Both show the :mod:`bench.results.frames` rows through :mod:`bench.results.display`, the
-same texts as the HTML report and ``python -m bench.results.tables``; nothing is typed by
-hand, and ``--check`` (run by the tests) fails when a file no longer matches its results::
+Both show the frames through :mod:`bench.results.display`; ``--check`` fails on a stale file::
 
     python -m bench.report.readme results/fair_heads           # (re)write its README
     python -m bench.report.readme results/fair_heads --check   # exit 1 if it is stale
@@ -15,6 +13,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from operator import methodcaller
 from pathlib import Path
 
 import pandas as pd
@@ -53,18 +52,6 @@ def markdown(frame: pd.DataFrame) -> str:
     return frame.to_markdown(index=False, disable_numparse=True)
 
 
-def experiment_frames(inputs: ReportInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The frames of some loaded results.
-
-    Those ``collect`` wrote beside them, else computed as ``collect`` and the report do.
-    """
-    stored = frames.read_frames(results_folder(inputs.source))
-    if stored is not None:
-        return stored
-    command = str(inputs.launch.get("command") or "")
-    return frames.from_results(inputs.table, inputs.predictions, inputs.cells, command)
-
-
 def results_folder(source: str | Path) -> Path:
     """The results directory of a report source (a table file names its folder)."""
     path = Path(source)
@@ -75,9 +62,7 @@ def readme_text(inputs: ReportInputs, scores: pd.DataFrame, comparisons: pd.Data
     """The README of one results directory, as Markdown."""
     name = results_folder(inputs.source).name
     cells = inputs.table.drop_duplicates(subset=[c for c in ("run_dir",) if c in inputs.table])
-    status = cells["status"].value_counts()
-    ran = ", ".join(f"{n} {s}" for s, n in status.items())
-    margins = margins_of(str(inputs.launch.get("command") or ""))
+    ran = ", ".join(f"{n} {s}" for s, n in cells["status"].value_counts().items())
     parts = [
         f"# {name}",
         GENERATED.format(name=name),
@@ -92,7 +77,7 @@ def readme_text(inputs: ReportInputs, scores: pd.DataFrame, comparisons: pd.Data
         "statistics: `scores.csv`, `comparisons.csv` (also Parquet).",
         *(
             f"- Equivalence margin {m.task} {m.metric}: ±{m.margin:g} points ({m.reason})"
-            for m in margins
+            for m in margins_of(str(inputs.launch.get("command") or ""))
         ),
     ]
     return "\n\n".join(parts) + "\n"
@@ -125,6 +110,13 @@ def write_readme(
     return atomic_write(path, lambda handle: handle.write(text))
 
 
+def experiment_frames(inputs: ReportInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frames of some loaded results: those ``collect`` wrote beside them, else computed."""
+    stored = frames.read_frames(results_folder(inputs.source))
+    command = str(inputs.launch.get("command") or "")
+    return stored or frames.from_results(inputs.table, inputs.predictions, inputs.cells, command)
+
+
 def experiment_readme(source: str | Path) -> str:
     """The README a results directory should have now."""
     inputs = load_inputs(source)
@@ -133,18 +125,16 @@ def experiment_readme(source: str | Path) -> str:
 
 def findings(results: Path = ROOT / "results", names: Sequence[str] = EXPERIMENTS) -> str:
     """The README's Findings block: per experiment one table, one line and its links."""
-    parts = []
+    parts = [LEGEND]
     for name in names:
-        inputs = load_inputs(results / name)
-        scores, comparisons = experiment_frames(inputs)
-        report = f"reports/{name}.html"
+        scores, comparisons = experiment_frames(load_inputs(results / name))
         parts.append(
-            f"**`{name}`** ([README](results/{name}/README.md), [report]({report})). "
+            f"**`{name}`** ([README](results/{name}/README.md), [report](reports/{name}.html)). "
             + display.takeaway(scores, comparisons)
             + "\n\n"
             + markdown(display.answer_frame(scores, markdown=True))
         )
-    return "\n\n".join([LEGEND, *parts])
+    return "\n\n".join(parts)
 
 
 def replace_block(text: str, block: str) -> str:
@@ -155,18 +145,6 @@ def replace_block(text: str, block: str) -> str:
     return pattern.sub(lambda _: f"{START}\n{block}\n{END}", text, count=1)
 
 
-def _check_or_write(path: Path, wanted: str, check: bool) -> int:
-    current = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if check:
-        if current != wanted:
-            print(f"{path}: stale; run python -m bench.report.readme", file=sys.stderr)
-            return 1
-        return 0
-    atomic_write(path, lambda handle: handle.write(wanted))
-    print(f"wrote {path}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line: write (or ``--check``) results READMEs, or the README's Findings."""
     parser = argparse.ArgumentParser(prog="python -m bench.report.readme")
@@ -174,17 +152,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--findings", type=Path, metavar="README", help="update its Findings")
     parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     args = parser.parse_args(argv)
-    failed = 0
+    wanted: dict[Path, str] = {}
     if args.findings is not None:
-        text = args.findings.read_text(encoding="utf-8")
-        failed += _check_or_write(args.findings, replace_block(text, findings()), args.check)
+        wanted[args.findings] = replace_block(args.findings.read_text("utf-8"), findings())
+    failed = 0
     for source in args.sources:
-        path = source / README
-        if not is_generated(path):
-            print(f"error: {not_generated_message(path)}", file=sys.stderr)
+        if not is_generated(source / README):
+            print(f"error: {not_generated_message(source / README)}", file=sys.stderr)
             failed += 1
-            continue
-        failed += _check_or_write(path, experiment_readme(source), args.check)
+        else:
+            wanted[source / README] = experiment_readme(source)
+    for path, text in wanted.items():
+        if not args.check:
+            atomic_write(path, methodcaller("write", text))
+            print(f"wrote {path}")
+        elif not path.is_file() or path.read_text(encoding="utf-8") != text:
+            print(f"{path}: stale; run python -m bench.report.readme", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
 
 

@@ -1,33 +1,16 @@
 """Statistics as data: one row per setting × head (``scores``), one per head pair (``comparisons``).
 
-Everything a table, figure, README or command shows about "which head?" reads these two
-frames; no other module tests heads against each other. ``docs/statistics.md`` explains
-the method for users. In short:
-
-* A **setting** is every axis of a cell except head and seed (:data:`SETTING`); a head's
-  runs in a setting are its seeds (and, in a crossed study, batch orders).
-* **Two sources of noise.** A head's mean over seeds varies with the seeds and with the
-  finite dev set that every seed is scored on. Its standard error is
-  ``se² = se_seed² + se_dev²``: ``se_seed`` from the seed-to-seed spread (``sd/√n``, or the
-  two-way random-effects error of :mod:`bench.results.crossed` for seeds crossed with
-  batch orders) and ``se_dev`` the jackknife over dev examples (CoNLL: sentences) of the
-  mean over seeds, recomputed from the committed predictions. A comparison does the same
-  with the paired difference ``a − b`` (the same seeds, the same examples). The t
-  reference takes Welch–Satterthwaite degrees of freedom. Without predictions,
-  ``se_dev`` is NaN and only the seeds count (``interval_method`` says so).
-* **Verdicts** (:func:`comparisons`): ``not comparable`` where the two heads' paired runs
-  differ in device, weights or commit (no p-value); ``equivalent`` where the 90% interval
-  lies inside ±margin (declared per task and metric in the experiment file) and both heads
-  beat the best constant; ``better``/``worse`` where Holm's p (within the comparison's
-  family, :mod:`statsmodels`) is below 0.05; ``inconclusive`` otherwise.
+Everything that shows "which head?" reads these two frames; ``docs/statistics.md`` explains
+the method: standard errors from seeds and (jackknife) dev examples, Holm within a family,
+one verdict per pair (not comparable, equivalent, better, worse or inconclusive).
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +21,7 @@ from seqeval.scheme import IOB2, Entities
 from statsmodels.stats.multitest import multipletests
 
 from bench.axes.heads import head_order
-from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
+from bench.data.tasks import ALL_TASKS, TokenTaskSpec
 from bench.results import crossed, stats
 from bench.results.studies import Margin, Study, family_of, margins_of, studies_of
 
@@ -52,141 +35,95 @@ CONFIDENCE = 0.95
 DECIMALS = 12
 #: The range of each metric (an interval end beyond it is clipped and marked).
 RANGES = {"mcc": (-1.0, 1.0), "pearson": (-1.0, 1.0), "spearman": (-1.0, 1.0)}
-VERDICTS = ("better", "worse", "equivalent", "inconclusive", "not comparable")
+#: Which noise an interval counts: without dev predictions, and with them.
+METHODS = ("seeds", "seeds and dev examples")
 #: The frames' files beside ``results.csv``.
 FRAME_NAMES = ("scores", "comparisons")
+_ERRORS = ["se_seed", "se_dev", "se", "df"]
 SCORE_COLUMNS = [
     *SETTING,
-    "head_label",
-    "family",
-    "metric",
-    "n",
-    "n_failed",
-    "mean",
-    "sd",
-    "se_seed",
-    "se_dev",
-    "se",
-    "df",
-    "low",
-    "high",
-    "clipped",
-    "best_constant",
-    "beats_constant",
-    "best",
-    "beats_all",
-    "interval_method",
+    *["head_label", "family", "metric", "n", "n_failed", "mean", "sd", *_ERRORS, "low", "high"],
+    *["clipped", "best_constant", "beats_constant", "best", "beats_all", "interval_method"],
 ]
 COMPARISON_COLUMNS = [
     *SETTING,
-    "family",
-    "metric",
-    "head_a",
-    "head_b",
-    "n_pairs",
-    "mean_a",
-    "mean_b",
-    "estimate",
-    "se_seed",
-    "se_dev",
-    "se",
-    "df",
-    "p",
-    "m",
-    "p_holm",
-    "low90",
-    "high90",
-    "sim_low",
-    "sim_high",
-    "margin",
-    "min_margin",
-    "verdict",
-    "reason",
-    "shown",
-    "low",
-    "high",
-    "interval_method",
+    *["family", "metric", "head_a", "head_b", "n_pairs", "mean_a", "mean_b", "estimate"],
+    *[*_ERRORS, "p", "m", "p_holm", "low90", "high90", "sim_low", "sim_high", "margin"],
+    *["min_margin", "verdict", "reason", "shown", "low", "high", "interval_method"],
 ]
 
 
-# --------------------------------------------------------------------------- dev examples
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
 
 
-def _class_ids(spec: TaskSpec, values: pd.Series) -> np.ndarray:
-    names = {name: i for i, name in enumerate(spec.label_names)}
-    return np.asarray([names[spec.tsv_label_map.get(v, v)] for v in values], dtype=np.int64)
+def _mcc(tp: np.ndarray, tn: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+    return _ratio(tp * tn - fp * fn, np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+
+
+def _pearson(*sums: np.ndarray) -> np.ndarray:
+    n, sx, sy, sxx, syy, sxy = sums
+    return (n * sxy - sx * sy) / np.sqrt((n * sxx - sx**2) * (n * syy - sy**2))
+
+
+#: The metric from its summed per-example counts (accuracy: correct, 1; f1 and mcc:
+#: tp, tn, fp, fn; correlations: 1, y, p, y², p², yp), vectorised.
+_FROM_COUNTS: dict[str, Callable[..., np.ndarray]] = {
+    "accuracy": lambda correct, n: correct / n,
+    "f1": lambda tp, tn, fp, fn: _ratio(2 * tp, 2 * tp + fp + fn),
+    "mcc": _mcc,
+    "pearson": _pearson,
+    "spearman": _pearson,
+}
 
 
 def _counts(metric: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Per example, the additive counts the metric is a function of (units × counts)."""
-    one = np.ones_like(y, dtype=float)
-    if metric == "accuracy":
-        return np.stack([(y == p).astype(float), one], axis=1)
+    """Per example, the additive counts :data:`_FROM_COUNTS` reads (units × counts)."""
     if metric in ("pearson", "spearman"):
         if metric == "spearman":  # ranks of the whole split (the jackknife keeps them)
             y, p = sps.rankdata(y), sps.rankdata(p)
         y, p = y.astype(float), p.astype(float)
-        return np.stack([one, y, p, y * y, p * p, y * p], axis=1)
-    tp = ((y == 1) & (p == 1)).astype(float)
-    fp = ((y != 1) & (p == 1)).astype(float)
-    fn = ((y == 1) & (p != 1)).astype(float)
-    if metric == "f1":
-        return np.stack([tp, fp, fn], axis=1)
-    if metric == "mcc":
-        tn = ((y != 1) & (p != 1)).astype(float)
-        return np.stack([tp, tn, fp, fn], axis=1)
-    raise ValueError(f"no jackknife for metric {metric!r}")
-
-
-def _metric(metric: str, c: np.ndarray) -> np.ndarray:
-    """The metric from summed counts (``c``: ... × counts), vectorised."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if metric == "accuracy":
-            return c[..., 0] / c[..., 1]
-        if metric == "f1":
-            den = 2 * c[..., 0] + c[..., 1] + c[..., 2]
-            return np.where(den > 0, 2 * c[..., 0] / np.where(den > 0, den, 1), 0.0)
-        if metric == "mcc":
-            tp, tn, fp, fn = (c[..., k] for k in range(4))
-            den = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-            return np.where(den > 0, (tp * tn - fp * fn) / np.where(den > 0, den, 1), 0.0)
-        n, sx, sy, sxx, syy, sxy = (c[..., k] for k in range(6))
-        return (n * sxy - sx * sy) / np.sqrt((n * sxx - sx**2) * (n * syy - sy**2))
+        return np.stack([np.ones_like(y), y, p, y * y, p * p, y * p], axis=1)
+    if metric == "accuracy":
+        return np.stack([y == p, np.ones_like(y, dtype=bool)], axis=1).astype(float)
+    pos, hit = y == 1, p == 1
+    return np.stack([pos & hit, ~pos & ~hit, ~pos & hit, pos & ~hit], axis=1).astype(float)
 
 
 def _entity_counts(rows: pd.DataFrame) -> np.ndarray:
-    """Per sentence of a CoNLL split: [correct, spurious, missed] entities (strict IOB2)."""
-    ordered = rows.sort_values(["example", "token"], kind="stable")
-    gold = ordered.groupby("example", sort=True)["label"].apply(list).tolist()
-    pred = ordered.groupby("example", sort=True)["pred"].apply(list).tolist()
-    g = [{e.to_tuple() for e in s} for s in Entities(gold, IOB2).entities]
-    p = [{e.to_tuple() for e in s} for s in Entities(pred, IOB2).entities]
-    counts = [[len(a & b), len(b - a), len(a - b)] for a, b in zip(g, p, strict=True)]
-    return np.asarray(counts, dtype=float)
+    """Per sentence of a CoNLL split: [correct, 0, spurious, missed] entities (strict IOB2)."""
+    ordered = rows.sort_values(["example", "token"], kind="stable").groupby("example", sort=True)
+    gold, pred = (Entities(ordered[c].apply(list).tolist(), IOB2) for c in ("label", "pred"))
+    found = [
+        ({e.to_tuple() for e in g}, {e.to_tuple() for e in p})
+        for g, p in zip(gold.entities, pred.entities, strict=True)
+    ]
+    return np.asarray([[len(g & p), 0, len(p - g), len(g - p)] for g, p in found], dtype=float)
 
 
 def jackknife(task: str, metric: str, rows: pd.DataFrame) -> np.ndarray:
-    """One run's metric with each dev unit left out in turn (unit: example, CoNLL sentence).
+    """One run's metric with each dev unit (example; CoNLL: sentence) left out in turn.
 
-    Args:
-        task: The task (its spec says how labels are written).
-        metric: The metric (the task's main metric).
-        rows: The run's prediction rows of one split (``predictions.parquet`` columns).
-
-    Returns:
-        The leave-one-out values in unit order (example, then sentence, ascending).
+    ``rows``: the run's ``predictions.parquet`` rows of one split; the values come in unit order.
     """
     spec = ALL_TASKS[task]
+    if metric not in _FROM_COUNTS:
+        raise ValueError(f"no jackknife for metric {metric!r}")
     if isinstance(spec, TokenTaskSpec):
-        counts, kind = _entity_counts(rows), "f1"
+        counts, metric = _entity_counts(rows), "f1"
     else:
         ordered = rows.sort_values("example", kind="stable")
         if spec.is_regression:
             y, p = (ordered[c].astype(float).to_numpy() for c in ("label", "pred"))
         else:
-            y, p = (_class_ids(spec, ordered[c].astype(str)) for c in ("label", "pred"))
-        counts, kind = _counts(metric, y, p), metric
-    return _metric(kind, counts.sum(axis=0) - counts)
+            ids = {name: i for i, name in enumerate(spec.label_names)}
+            y, p = (
+                np.asarray([ids[spec.tsv_label_map.get(v, v)] for v in ordered[c].astype(str)])
+                for c in ("label", "pred")
+            )
+        counts = _counts(metric, y, p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _FROM_COUNTS[metric](*(counts.sum(axis=0) - counts).T)
 
 
 def jackknife_runs(predictions: pd.DataFrame, runs: pd.DataFrame) -> dict[tuple, np.ndarray]:
@@ -196,67 +133,32 @@ def jackknife_runs(predictions: pd.DataFrame, runs: pd.DataFrame) -> dict[tuple,
     dev = stats.fill_axes(predictions[predictions["split"] == "dev"])
     wanted = {tuple(k) for k in runs[stats.RUN_KEYS].itertuples(index=False)}
     metric = dict(zip(runs["task"], runs["metric"], strict=False))
-    out: dict[tuple, np.ndarray] = {}
-    for key, rows in dev.groupby(stats.RUN_KEYS, sort=False):
-        if key in wanted:
-            out[key] = jackknife(str(key[0]), metric[key[0]], rows)
-    return out
+    return {
+        key: jackknife(str(key[0]), metric[key[0]], rows)
+        for key, rows in dev.groupby(stats.RUN_KEYS, sort=False)
+        if key in wanted
+    }
 
 
 def dev_theta(
     loo: Sequence[np.ndarray | None], minus: Sequence[np.ndarray | None] = ()
 ) -> np.ndarray | None:
-    """The leave-one-out mean over runs (minus the other head's, for a paired difference).
+    """Per dev unit, the mean over runs without it (minus ``minus``'s: a paired difference).
 
-    Returns:
-        Per dev unit, the statistic without it; None where a run has no predictions
-        (``loo`` empty) or the runs' splits differ in size.
+    None where a run has no predictions or the runs' splits differ in size.
     """
     arrays = [x for x in [*loo, *minus] if x is not None]
-    if not loo or len(arrays) < len(loo) + len(minus):
-        return None
-    if any(x.shape != arrays[0].shape for x in arrays):
+    if not loo or len(arrays) < len(loo) + len(minus) or len({x.shape for x in arrays}) > 1:
         return None
     theta = np.mean(np.stack(arrays[: len(loo)]), axis=0)
     return theta - np.mean(np.stack(arrays[len(loo) :]), axis=0) if minus else theta
 
 
-def _se_dev(theta: np.ndarray | None) -> float:
-    """The jackknife standard error of a statistic from its leave-one-out values."""
-    if theta is None or theta.size < 2 or not np.all(np.isfinite(theta)):
-        return math.nan
-    n = theta.size
-    return float(math.sqrt((n - 1) / n * np.sum((theta - theta.mean()) ** 2)))
+def estimate(values: pd.Series, theta: np.ndarray | None = None) -> dict[str, float]:
+    """``mean``, ``se_seed``, ``se_dev``, ``se`` and Welch–Satterthwaite ``df`` of run values.
 
-
-# --------------------------------------------------------------------------- standard errors
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A mean over runs with its standard errors and Welch–Satterthwaite df."""
-
-    mean: float
-    se_seed: float
-    se_dev: float
-    se: float
-    df: float
-
-    @property
-    def method(self) -> str:
-        """Which noise the interval counts."""
-        return "seeds" if math.isnan(self.se_dev) else "seeds and dev examples"
-
-
-def estimate(values: pd.Series, theta: np.ndarray | None = None) -> Estimate:
-    """The mean of run values (indexed by :data:`PAIR`) with both sources of noise.
-
-    Args:
-        values: One value per run (a head's score, or a paired difference).
-        theta: :func:`dev_theta` of the same runs (None: no predictions, the dev term is NaN).
-
-    Returns:
-        The :class:`Estimate` (NaN errors with fewer than two runs).
+    ``values`` (indexed by :data:`PAIR`): a head's scores or paired differences; ``theta``:
+    their :func:`dev_theta` (None: the dev term is NaN). NaN errors with fewer than two runs.
     """
     x = values.to_numpy(dtype=float)
     grid = crossed.grid_of(values)
@@ -267,84 +169,66 @@ def estimate(values: pd.Series, theta: np.ndarray | None = None) -> Estimate:
         spread = np.round(x, DECIMALS).std(ddof=1)  # float noise of equal differences is 0
         mean, se_s, df_s = float(x.mean()), float(spread / math.sqrt(x.size)), x.size - 1.0
     else:
-        return Estimate(float(x.mean()) if x.size else math.nan, *(4 * [math.nan]))
-    se_d = _se_dev(theta)
-    n_dev = theta.size if theta is not None else 0
-    se = math.sqrt(se_s**2 + (0.0 if math.isnan(se_d) else se_d**2))
-    parts = se_s**4 / df_s + (0.0 if math.isnan(se_d) else se_d**4 / max(n_dev - 1, 1))
-    df = se**4 / parts if parts > 0 else df_s
-    return Estimate(mean, se_s, se_d, se, float(df))
+        mean, se_s, df_s, theta = float(x.mean()) if x.size else math.nan, math.nan, math.nan, None
+    se_d = math.nan  # the jackknife standard error over dev units
+    if theta is not None and theta.size > 1 and np.all(np.isfinite(theta)):
+        se_d = float(math.sqrt((theta.size - 1) / theta.size * np.sum((theta - theta.mean()) ** 2)))
+    dev = 0.0 if math.isnan(se_d) else se_d
+    se = math.sqrt(se_s**2 + dev**2)
+    parts = se_s**4 / df_s + (dev**4 / (theta.size - 1) if dev and theta is not None else 0.0)
+    df = float(se**4 / parts if parts > 0 else df_s)
+    return dict(zip(["mean", *_ERRORS], [mean, se_s, se_d, se, df], strict=True))
 
 
-def interval(est: Estimate, confidence: float) -> tuple[float, float]:
-    """The two-sided t interval ``mean ± t·se`` (NaNs without an error)."""
-    if not math.isfinite(est.se):
-        return math.nan, math.nan
-    half = float(sps.t.ppf(0.5 + confidence / 2, est.df)) * est.se if est.se > 0 else 0.0
-    return est.mean - half, est.mean + half
-
-
-# --------------------------------------------------------------------------- frames
-
-
-def _setting_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    return stats.fill_axes(runs).sort_values(stats.RUN_KEYS, kind="stable")
-
-
-_FILLED = ("family", "best", "beats_all")
+def _interval(frame: pd.DataFrame, confidence: float | pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The two-sided t intervals ``mean ± t·se`` of a frame's rows (NaN without an error)."""
+    half = (sps.t.ppf(0.5 + confidence / 2, frame["df"]) * frame["se"]).where(frame["se"] != 0, 0)
+    return frame["mean"] - half, frame["mean"] + half
 
 
 def scores(
-    runs: pd.DataFrame,
-    loo: Mapping[tuple, np.ndarray] | None = None,
-    studies: Sequence[Study] = (),
+    runs: pd.DataFrame, loo: Mapping[tuple, np.ndarray] | None = None, studies: Sequence[Study] = ()
 ) -> pd.DataFrame:
-    """One row per setting × head (:data:`SCORE_COLUMNS`).
+    """One row per setting × head (:data:`SCORE_COLUMNS`) of :func:`stats.run_values` rows.
 
-    Args:
-        runs: :func:`bench.results.stats.run_values` (one row per run).
-        loo: :func:`jackknife_runs` of those runs (None or empty: seeds only).
-        studies: The experiment's studies (each its own family).
-
-    Returns:
-        The frame; ``best``/``beats_all`` are False until :func:`mark_best` fills them.
+    ``loo``: :func:`jackknife_runs` (None: seeds only). ``best`` and ``beats_all`` are False
+    until :func:`mark_best` fills them.
     """
     loo = loo or {}
     rows = []
-    for keys, group in _setting_runs(runs).groupby([*SETTING, "head_label"], sort=False):
+    runs = stats.fill_axes(runs).sort_values(stats.RUN_KEYS, kind="stable")
+    for keys, group in runs.groupby([*SETTING, "head_label"], sort=False):
         ok = group[group["value"].notna()]
-        keys_ok = [tuple(k) for k in ok[stats.RUN_KEYS].itertuples(index=False)]
-        est = estimate(ok.set_index(PAIR)["value"], dev_theta([loo.get(k) for k in keys_ok]))
-        low, high = interval(est, CONFIDENCE)
-        lo, hi = RANGES.get(str(group["metric"].iloc[0]), (0.0, 1.0))
-        constant = float(group["best_constant"].mean())
-        threshold = float(group["threshold"].mean())
+        theta = dev_theta([loo.get(tuple(k)) for k in ok[stats.RUN_KEYS].itertuples(index=False)])
         rows.append(
             {
                 **dict(zip([*SETTING, "head_label"], keys, strict=True)),
+                **estimate(ok.set_index(PAIR)["value"], theta),
                 "metric": group["metric"].iloc[0],
                 "n": len(ok),
                 "n_failed": int(group["failed"].sum()),
-                "mean": est.mean,
-                "sd": float(ok["value"].std(ddof=1)) if len(ok) > 1 else math.nan,
-                "se_seed": est.se_seed,
-                "se_dev": est.se_dev,
-                "se": est.se,
-                "df": est.df,
-                "low": max(low, lo) if math.isfinite(low) else low,
-                "high": min(high, hi) if math.isfinite(high) else high,
-                "clipped": bool(low < lo or high > hi),
-                "best_constant": constant if math.isfinite(constant) else threshold,
-                "beats_constant": bool(
-                    math.isfinite(threshold)
-                    and math.isfinite(low)
-                    and low > threshold + stats.BASELINE_ATOL
-                ),
-                "interval_method": est.method,
+                "sd": float(ok["value"].std()),
+                "constant": float(group["best_constant"].mean()),
+                "threshold": float(group["threshold"].mean()),
             }
         )
-    frame = pd.DataFrame(rows, columns=[c for c in SCORE_COLUMNS if c not in _FILLED])
-    frame = frame.assign(family=family_of(frame, studies), best=False, beats_all=False)
+    if not rows:
+        return pd.DataFrame(columns=SCORE_COLUMNS)
+    frame = pd.DataFrame(rows)
+    low, high = _interval(frame, CONFIDENCE)
+    bounds = [RANGES.get(m, (0.0, 1.0)) for m in frame["metric"]]
+    lo, hi = (pd.Series(b, index=frame.index) for b in zip(*bounds, strict=True))
+    frame = frame.assign(
+        family=family_of(frame, studies),
+        low=np.clip(low, lo, hi),
+        high=np.clip(high, lo, hi),
+        clipped=(low < lo) | (high > hi),
+        best_constant=frame["constant"].where(np.isfinite(frame["constant"]), frame["threshold"]),
+        beats_constant=low > frame["threshold"] + stats.BASELINE_ATOL,
+        best=False,
+        beats_all=False,
+        interval_method=np.where(frame["se_dev"].isna(), *METHODS),
+    )
     return frame[SCORE_COLUMNS]
 
 
@@ -352,26 +236,14 @@ def _provenance(cells: Sequence[Mapping[str, Any]]) -> dict[tuple, tuple[str, st
     """Per run key: (device, weights, commit) from the cells' provenance records."""
     out = {}
     for record in cells:
-        cell = dict(record.get("cell") or {})
         hardware = record.get("hardware") or {}
-        device = str(hardware.get("gpu") or "CPU") if hardware else ""
-        info = record.get("encoder_info") or {}
-        path = str(info.get("path") or "")
-        weights = "/".join(path.rstrip("/").split("/")[-2:]) if path else ""
-        commit = str((record.get("git") or {}).get("commit") or "")
-        out[stats.run_key(cell)] = (device, weights, commit)
+        path = str((record.get("encoder_info") or {}).get("path") or "")
+        out[stats.run_key(dict(record.get("cell") or {}))] = (
+            str(hardware.get("gpu") or "CPU") if hardware else "",
+            "/".join(path.rstrip("/").split("/")[-2:]),
+            str((record.get("git") or {}).get("commit") or ""),
+        )
     return out
-
-
-def _differs(a: list[tuple[str, str, str]], b: list[tuple[str, str, str]]) -> str:
-    """What differs between two heads' paired runs (``""``: nothing recorded differs)."""
-    names = ("device", "weights", "commit")
-    found = [
-        name
-        for k, name in enumerate(names)
-        if any(x[k] and y[k] and x[k] != y[k] for x, y in zip(a, b, strict=True))
-    ]
-    return ", ".join(found)
 
 
 def comparisons(
@@ -385,17 +257,9 @@ def comparisons(
 ) -> pd.DataFrame:
     """Every pair of heads within a setting, with one verdict (:data:`COMPARISON_COLUMNS`).
 
-    Args:
-        runs: :func:`bench.results.stats.run_values`.
-        score_frame: :func:`scores` of the same runs (whether each head beats the constant).
-        loo: :func:`jackknife_runs` (None or empty: seeds only).
-        studies: The experiment's studies: each is a Holm family, the rest the headline.
-        margins: The equivalence margins the experiment declares.
-        cells: The cells' provenance records (``cells.json``): device, weights, commit.
-        order: Heads in display order (``head_a`` comes first); others follow by name.
-
-    Returns:
-        The frame, one row per unordered pair, ``estimate = mean(a − b)`` over paired runs.
+    Args as :func:`scores`, plus: ``score_frame`` (which heads beat the constant), the
+    ``margins``, the ``cells``' provenance records (device, weights, commit) and the heads'
+    display ``order`` (``head_a`` comes first; heads not in it follow by name).
     """
     loo = loo or {}
     where = _provenance(cells)
@@ -403,88 +267,64 @@ def comparisons(
     margin_of = {(m.task, m.metric): m.margin / 100 for m in margins}
     rank = {h: i for i, h in enumerate(order)}
     rows = []
-    runs = _setting_runs(runs)
+    runs = stats.fill_axes(runs).sort_values(stats.RUN_KEYS, kind="stable")
     for keys, group in runs[runs["value"].notna()].groupby(SETTING, sort=False):
         wide = group.pivot_table(index=PAIR, columns="head_label", values="value")
         heads = sorted(wide.columns, key=lambda h: (rank.get(h, len(rank)), h))
         metric = str(group["metric"].iloc[0])
-        margin = margin_of.get((str(keys[0]), metric), math.nan)
-        for i, a in enumerate(heads):
-            for b in heads[i + 1 :]:
-                pair = wide[[a, b]].dropna()
-                ka = [(*keys[:2], a, *keys[2:], *r) for r in pair.index]
-                kb = [(*keys[:2], b, *keys[2:], *r) for r in pair.index]
-                theta = dev_theta([loo.get(k) for k in ka], [loo.get(k) for k in kb])
-                est = estimate(pair[a] - pair[b], theta)
-                unknown = ("", "", "")
-                differs = _differs(
-                    [where.get(k, unknown) for k in ka], [where.get(k, unknown) for k in kb]
-                )
-                lo90, hi90 = interval(est, 0.90)
-                rows.append(
-                    {
-                        **dict(zip(SETTING, keys, strict=True)),
-                        "metric": metric,
-                        "head_a": a,
-                        "head_b": b,
-                        "n_pairs": len(pair),
-                        "mean_a": float(pair[a].mean()),
-                        "mean_b": float(pair[b].mean()),
-                        "estimate": est.mean,
-                        "se_seed": est.se_seed,
-                        "se_dev": est.se_dev,
-                        "se": est.se,
-                        "df": est.df,
-                        "p": math.nan if differs else _p_value(est),
-                        "low90": lo90,
-                        "high90": hi90,
-                        "margin": margin,
-                        "min_margin": max(abs(lo90), abs(hi90)),
-                        "reason": _why_untested(est, differs),
-                        "comparable": not differs,
-                        "both_beat": bool(
-                            beats.get((*keys, a), False) and beats.get((*keys, b), False)
-                        ),
-                        "interval_method": est.method,
-                    }
-                )
-    frame = pd.DataFrame(rows)
-    if frame.empty:
+        for a, b in itertools.combinations(heads, 2):
+            pair = wide[[a, b]].dropna()
+            ka, kb = ([(*keys[:2], h, *keys[2:], *r) for r in pair.index] for h in (a, b))
+            theta = dev_theta([loo.get(k) for k in ka], [loo.get(k) for k in kb])
+            found = [[where.get(k, ("", "", "")) for k in ks] for ks in (ka, kb)]
+            both = np.array(found, dtype=str).reshape(2, -1, 3)  # (head, run, what)
+            clash = ((both[0] != "") & (both[1] != "") & (both[0] != both[1])).any(axis=0)
+            rows.append(
+                {
+                    **dict(zip(SETTING, keys, strict=True)),
+                    **estimate(pair[a] - pair[b], theta),
+                    "metric": metric,
+                    "head_a": a,
+                    "head_b": b,
+                    "n_pairs": len(pair),
+                    "mean_a": float(pair[a].mean()),
+                    "mean_b": float(pair[b].mean()),
+                    "margin": margin_of.get((str(keys[0]), metric), math.nan),
+                    "differs": ", ".join(np.array(["device", "weights", "commit"])[clash]),
+                    "both_beat": bool(
+                        beats.get((*keys, a), False) and beats.get((*keys, b), False)
+                    ),
+                }
+            )
+    if not rows:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
-    frame["family"] = family_of(frame, studies)
-    return _verdicts(_holm(frame))[COMPARISON_COLUMNS]
-
-
-def _p_value(est: Estimate) -> float:
-    """Two-sided t-test of ``mean = 0`` (NaN without a spread: no test)."""
-    if not math.isfinite(est.se) or est.se == 0:
-        return math.nan
-    return float(2 * sps.t.sf(abs(est.mean) / est.se, est.df))
-
-
-def _why_untested(est: Estimate, differs: str) -> str:
-    """Why a comparison has no p-value (``""``: it has one)."""
-    if differs:
-        return f"{differs} differ"
-    if not math.isfinite(est.se):
-        return "fewer than two paired runs"
-    return "no spread: every paired difference the same" if est.se == 0 else ""
-
-
-def _holm(frame: pd.DataFrame) -> pd.DataFrame:
-    """Holm's p within each family (statsmodels) and Bonferroni intervals over its m tests."""
-    frame = frame.assign(m=0, p_holm=math.nan, sim_low=math.nan, sim_high=math.nan)
-    for _, part in frame.groupby("family", sort=False):
-        tested = part[part["p"].notna()]
-        if tested.empty:
-            continue
-        m = len(tested)
-        frame.loc[tested.index, "m"] = m
-        frame.loc[tested.index, "p_holm"] = multipletests(tested["p"], method="holm")[1]
-        for i, r in tested.iterrows():
-            est = Estimate(r["estimate"], r["se_seed"], r["se_dev"], r["se"], r["df"])
-            frame.loc[i, ["sim_low", "sim_high"]] = interval(est, 1 - ALPHA / m)
-    return frame
+    frame = pd.DataFrame(rows)
+    low90, high90 = _interval(frame, 0.90)
+    spread, t_value = frame["se"] > 0, frame["mean"].abs() / frame["se"]
+    frame = frame.assign(
+        family=family_of(frame, studies),
+        p=np.where(spread & (frame["differs"] == ""), 2 * sps.t.sf(t_value, frame["df"]), np.nan),
+        low90=low90,
+        high90=high90,
+        min_margin=np.maximum(low90.abs(), high90.abs()),
+        reason=np.select(
+            [frame["differs"] != "", frame["se"].isna(), ~spread],
+            [
+                frame["differs"] + " differ",
+                "fewer than two paired runs",
+                "no spread: every paired difference the same",
+            ],
+            default="",
+        ),
+        interval_method=np.where(frame["se_dev"].isna(), *METHODS),
+    )
+    tested = frame["p"].notna()
+    families = frame.loc[tested].groupby("family", sort=False)["p"]
+    frame["m"] = families.transform("size").reindex(frame.index, fill_value=0)
+    frame["p_holm"] = families.transform(lambda p: multipletests(p, method="holm")[1])
+    sim_low, sim_high = _interval(frame, 1 - ALPHA / frame["m"].where(tested))
+    frame = frame.assign(sim_low=sim_low.where(tested), sim_high=sim_high.where(tested))
+    return _verdicts(frame.rename(columns={"mean": "estimate"}))[COMPARISON_COLUMNS]
 
 
 def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
@@ -497,7 +337,7 @@ def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
     significant = frame["p_holm"] < ALPHA
     verdict = np.select(
         [
-            ~frame["comparable"],
+            frame["differs"] != "",
             equivalent,
             significant & (frame["estimate"] > 0),
             significant & (frame["estimate"] < 0),
@@ -505,9 +345,9 @@ def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
         ["not comparable", "equivalent", "better", "worse"],
         default="inconclusive",
     )
-    frame = frame.assign(verdict=verdict)
-    uses_90 = frame["verdict"] == "equivalent"
+    uses_90 = verdict == "equivalent"
     return frame.assign(
+        verdict=verdict,
         shown=np.where(uses_90, "90%", "95% simultaneous"),
         low=np.where(uses_90, frame["low90"], frame["sim_low"]),
         high=np.where(uses_90, frame["high90"], frame["sim_high"]),
@@ -516,25 +356,31 @@ def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
 
 def mark_best(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> pd.DataFrame:
     """Fill ``best`` (highest mean of its setting) and ``beats_all`` ('better' than all)."""
-    out = score_frame.copy()
-    for _, group in out.groupby(SETTING, sort=False):
-        if group["mean"].notna().any():
-            out.loc[group["mean"].idxmax(), "best"] = True
-    for i, r in out.iterrows():
-        rows = oriented(setting_rows(comparison_frame, r), str(r["head_label"]))
-        out.loc[i, "beats_all"] = bool(len(rows) and (rows["verdict"] == "better").all())
-    return out
+    best = score_frame.dropna(subset=["mean"]).groupby(SETTING, sort=False)["mean"].idxmax()
+    verdict = comparison_frame["verdict"]
+    won = pd.concat(
+        [
+            comparison_frame.assign(head_label=comparison_frame[head], won=verdict == side)
+            for head, side in (("head_a", "better"), ("head_b", "worse"))
+        ]
+    )
+    beats = won.groupby([*SETTING, "head_label"])["won"].all().to_dict()
+    keys = score_frame[[*SETTING, "head_label"]].itertuples(index=False, name=None)
+    return score_frame.assign(
+        best=score_frame.index.isin(best),
+        beats_all=np.array([beats.get(k, False) for k in keys], dtype=bool),
+    )
 
 
 def setting_rows(frame: pd.DataFrame, setting: Mapping[str, Any] | pd.Series) -> pd.DataFrame:
     """The rows of one setting (``setting`` holds the :data:`SETTING` columns)."""
-    inside = np.ones(len(frame), dtype=bool)
-    for key in SETTING:
-        inside &= (frame[key] == setting[key]).to_numpy()
-    return frame[inside]
+    return frame[(frame[SETTING] == pd.Series([setting[k] for k in SETTING], SETTING)).all(axis=1)]
 
 
-_FLIP = {"better": "worse", "worse": "better"}
+#: The columns a comparison read the other way round swaps, and those it negates.
+_PAIRS = [("head_a", "head_b"), ("mean_a", "mean_b"), ("low90", "high90"), ("sim_low", "sim_high")]
+_SWAP = {**dict([*_PAIRS, ("low", "high")]), **{b: a for a, b in [*_PAIRS, ("low", "high")]}}
+_NEGATE = ["estimate", "low90", "high90", "sim_low", "sim_high", "low", "high"]
 
 
 def oriented(frame: pd.DataFrame, head_a: str, head_b: str | None = None) -> pd.DataFrame:
@@ -546,15 +392,10 @@ def oriented(frame: pd.DataFrame, head_a: str, head_b: str | None = None) -> pd.
     mine = frame[(frame["head_a"] == head_a) | (frame["head_b"] == head_a)]
     if head_b is not None:
         mine = mine[(mine["head_a"] == head_b) | (mine["head_b"] == head_b)]
-    flip = mine["head_b"] == head_a
-    out = mine.copy()
-    for x, y in (("head_a", "head_b"), ("mean_a", "mean_b")):
-        out.loc[flip, [x, y]] = mine.loc[flip, [y, x]].to_numpy()
-    for low, high in (("low90", "high90"), ("sim_low", "sim_high"), ("low", "high")):
-        out.loc[flip, [low, high]] = -mine.loc[flip, [high, low]].to_numpy()
-    out.loc[flip, "estimate"] = -mine.loc[flip, "estimate"]
-    out.loc[flip, "verdict"] = mine.loc[flip, "verdict"].map(lambda v: _FLIP.get(v, v))
-    return out
+    flipped = mine.rename(columns=_SWAP)[mine.columns]
+    flipped[_NEGATE] = -flipped[_NEGATE]
+    flipped["verdict"] = flipped["verdict"].replace({"better": "worse", "worse": "better"})
+    return mine.where(mine["head_b"] != head_a, flipped, axis=0)
 
 
 def build(
@@ -565,16 +406,7 @@ def build(
     cells: Sequence[Mapping[str, Any]] = (),
     order: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Both frames of some runs: ``(scores, comparisons)``.
-
-    Args:
-        runs: :func:`bench.results.stats.run_values` (main metric, dev split).
-        predictions: ``predictions.parquet`` rows (empty: intervals count seeds only).
-        studies: The experiment's studies (families).
-        margins: Its equivalence margins.
-        cells: Its cells' provenance records.
-        order: Heads in display order.
-    """
+    """``(scores, comparisons)`` of run values and their predictions (empty: seeds only)."""
     loo = jackknife_runs(predictions, runs)
     score_frame = scores(runs, loo, studies)
     comparison_frame = comparisons(runs, score_frame, loo, studies, margins, cells, order)
@@ -588,26 +420,13 @@ def from_results(
     command: str,
     conf_dir: Path | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Both frames of a results table, with the families and margins of its launch's preset.
+    """``(scores, comparisons)`` of a results table (main metric, dev split).
 
-    Args:
-        table: The tidy results table.
-        predictions: Its ``predictions.parquet`` rows (empty: seeds only).
-        cells: Its cells' provenance records (``cells.json``).
-        command: The newest launch's command line (it names the experiment preset).
-        conf_dir: The Hydra config tree (default: the package's).
-
-    Returns:
-        ``(scores, comparisons)``, main metric on the dev split.
+    With its predictions (empty: seeds only), cells' provenance records, and the families and
+    margins of the preset the newest launch's ``command`` names.
     """
-    return build(
-        stats.run_values(table),
-        predictions,
-        studies_of(command, conf_dir),
-        margins_of(command, conf_dir),
-        cells,
-        head_order(),
-    )
+    studies, margins = studies_of(command, conf_dir), margins_of(command, conf_dir)
+    return build(stats.run_values(table), predictions, studies, margins, cells, head_order())
 
 
 def frame_files(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> dict[str, bytes]:
@@ -625,7 +444,5 @@ def frame_files(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> di
 def read_frames(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     """The ``scores`` and ``comparisons`` a results directory holds (None: not written)."""
     paths = [Path(folder) / f"{name}.parquet" for name in FRAME_NAMES]
-    if not all(p.is_file() for p in paths):
-        return None
-    score_frame, comparison_frame = (pd.read_parquet(p) for p in paths)
-    return score_frame, comparison_frame
+    found = all(p.is_file() for p in paths)
+    return (pd.read_parquet(paths[0]), pd.read_parquet(paths[1])) if found else None
