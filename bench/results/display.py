@@ -165,7 +165,7 @@ def takeaway(scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:
         + (f", {count['not comparable']} not comparable" if count["not comparable"] else "")
     )
     text = (
-        f"Best mean (of {len(names)} settings): {top}. "
+        f"Best mean (of {len(names)} setting{'s' if len(names) > 1 else ''}): {top}. "
         + (
             f"Beats every other head: {won}{' …' if len(winners) > 2 else ''}. "
             if won
