@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from bench.cell import cell_path, config_hash
 from bench.errors import ConfigError
 from bench.paths import config_dir
+from bench.results.run_records import last_launch, read_launch_log
 from bench.results.studies import (
     HEADLINE,
     STUDY_COLUMNS,
@@ -23,8 +24,6 @@ from bench.results.studies import (
     Study,
     family_of,
     margins_of,
-    preset_studies,
-    results_studies,
     studies_of,
 )
 from bench.run.plan import hydra_context
@@ -42,9 +41,8 @@ def fair_frames():
 
 
 def test_the_fair_heads_preset_names_its_full_fine_tuning_study():
-    studies = preset_studies(config_dir() / "experiment" / "fair_heads.yaml")
+    studies = studies_of("python -m bench -m experiment=fair_heads head=linear")
     assert studies == (Study(STUDY, (("freeze", ("full",)),)),)
-    assert studies_of("python -m bench -m experiment=fair_heads head=linear") == studies
     assert studies_of("python -m bench -m experiment=fair_table7") == ()
     assert studies_of("python -m bench task=sst2 seed=1") == ()
 
@@ -52,7 +50,8 @@ def test_the_fair_heads_preset_names_its_full_fine_tuning_study():
 @needs_fair
 def test_the_partition_comes_from_the_newest_launchs_preset(fair_frames):
     scores, comparisons = fair_frames
-    assert results_studies(FAIR) == (Study(STUDY, (("freeze", ("full",)),)),)
+    command = str(last_launch(read_launch_log([FAIR])).get("command") or "")
+    assert studies_of(command) == (Study(STUDY, (("freeze", ("full",)),)),)
     for frame in (scores, comparisons):
         full = frame["freeze_label"] == "full"
         assert (frame.loc[full, "family"] == STUDY).all()

@@ -12,23 +12,20 @@ from bench.report import build_report
 
 def main(argv: list[str] | None = None) -> None:
     """Build one report."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.report",
-        description="Build the self-contained HTML report of a results or multirun directory.",
-    )
+    description = "Build the self-contained HTML report of a results or multirun directory."
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=description)
     parser.add_argument("source", help="results dir (results.parquet/.csv) or a multirun dir")
     parser.add_argument(
-        "-o", "--out", default=None, help="HTML file to write (default: reports/<source name>.html)"
+        "-o", "--out", help="HTML file to write (default: reports/<source name>.html)"
     )
-    parser.add_argument("--title", default=None, help="page title")
+    parser.add_argument("--title", help="page title")
     args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else Path("reports") / f"{Path(args.source).name}.html"
+    out = Path(args.out or Path("reports") / f"{Path(args.source).name}.html")
     try:
-        path = build_report(args.source, out, args.title)
+        print(f"wrote {build_report(args.source, out, args.title)}")
     except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -43,10 +43,7 @@ SETTING_FORMATS: dict[str, Any] = {"task": task_title, "train size": size_text} 
 
 
 def reliability_figure(points: pd.DataFrame, palette: Palette) -> Figure:
-    """Accuracy against confidence per bin and head, as trained and after temperature scaling.
-
-    Two panels per setting (at its largest training size) and split of the ``points``.
-    """
+    """Accuracy against confidence per head, before and after temperature scaling (largest size)."""
     points = report_rows(points, palette)
     size = points["train_size"].replace(WHOLE_SPLIT, np.inf)
     points = points[size == size.groupby([points[k] for k in PANEL_KEYS[:3]]).transform("max")]

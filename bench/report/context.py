@@ -13,16 +13,10 @@ from bench.results import frames, stats
 
 @dataclass
 class ReportContext:
-    """Inputs plus the frames every section uses (main metric, dev split).
+    """Inputs, palette and the frames every section uses (main metric, dev split).
 
-    Attributes:
-        inputs: What the report reads.
-        palette: Head colours / freeze markers, fixed for the whole report.
-        runs: :func:`bench.results.stats.run_values` (one row per run).
-        scores: :func:`bench.results.frames.scores` (one row per setting × head).
-        comparisons: :func:`bench.results.frames.comparisons` (one row per head pair).
-        multi_encoder: Whether the report covers several encoders.
-        sized: The (task, encoder, freeze_label) settings that ran at several training sizes.
+    ``runs`` is :func:`bench.results.stats.run_values`; ``sized`` the (task, encoder,
+    freeze_label) settings that ran at several training sizes.
     """
 
     inputs: ReportInputs
@@ -39,12 +33,7 @@ def build_context(inputs: ReportInputs) -> ReportContext:
     table, command = inputs.table, str(inputs.launch.get("command") or "")
     scores, comparisons = frames.from_results(table, inputs.predictions, inputs.cells, command)
     sizes = scores.groupby(["task", "encoder", "freeze_label"])["train_size"].nunique()
-    return ReportContext(
-        inputs=inputs,
-        palette=Palette(table["head_label"].dropna(), table["freeze_label"].dropna()),
-        runs=stats.run_values(table),
-        scores=scores,
-        comparisons=comparisons,
-        multi_encoder=table["encoder"].nunique() > 1,
-        sized=frozenset((str(t), str(e), str(f)) for (t, e, f), n in sizes.items() if n > 1),
-    )
+    palette = Palette(table["head_label"].dropna(), table["freeze_label"].dropna())
+    runs, multi_encoder = stats.run_values(table), table["encoder"].nunique() > 1
+    sized = frozenset((str(t), str(e), str(f)) for (t, e, f), n in sizes.items() if n > 1)
+    return ReportContext(inputs, palette, runs, scores, comparisons, multi_encoder, sized)

@@ -13,7 +13,6 @@ from bench.report.context import ReportContext
 from bench.report.html import Section, frame_table
 from bench.results.selfcheck_record import device_name
 
-#: Where a cell ran: its device and the versions of the libraries that compute the numbers.
 WHERE = ["device", "torch", "transformers"]
 
 

@@ -1,7 +1,4 @@
-"""The report's figures (small panels; None without data); scores are drawn ×100.
-
-Each takes the report's :class:`Palette` and ``multi_encoder`` (name the encoder in titles).
-"""
+"""The report's figures (None without data); scores are drawn ×100."""
 
 from __future__ import annotations
 
@@ -79,18 +76,13 @@ def _legend(fig: Figure, palette: Palette, frame: pd.DataFrame, markers: bool = 
 
 
 def _constant(ax: Axes, rows: pd.DataFrame, key: str = "best_constant", on_y: bool = False) -> None:
-    """The grey dashed best-constant line (the mean of the rows' ``key``), if known."""
     value = pd.to_numeric(rows[key], errors="coerce").mean()
     if np.isfinite(value):
         (ax.axhline if on_y else ax.axvline)(100 * value, color=GREY, ls="--", lw=0.9)
 
 
 def scores_plot(scores: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Each head's mean (dot) and 95% interval (bar) per setting of ``scores``.
-
-    Hollow dot: the interval does not clear the best constant (grey dashed); black edge: the
-    best mean of its setting; ◀ / ▶: an interval end clipped at the metric's range.
-    """
+    """Each head's mean (dot) and 95% interval (bar) per setting of ``scores``."""
     scores = scores.dropna(subset=["mean"])
     if scores.empty:
         return None
@@ -113,11 +105,7 @@ def scores_plot(scores: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
 
 
 def seed_strips(runs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Every run (:func:`bench.results.stats.run_values` rows) per head and setting.
-
-    ×: failed (at or below the best constant); ▼ on the left edge: no score (crashed or
-    diverged); grey dashed: the failure threshold.
-    """
+    """Every run (``run_values`` rows) per head and setting; ×: failed, ▼: no score."""
     if runs.empty:
         return None
     heads = ordered(runs["head_label"], palette.heads)
@@ -149,10 +137,7 @@ def pareto_mask(cost: pd.Series, score: pd.Series) -> np.ndarray:
 
 
 def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> Figure | None:
-    """Mean score against each of :data:`COST_AXES` (log x) per task, with its Pareto front.
-
-    ``costs``: scores rows with the cost columns and ``pareto_<column>`` flags (black edge).
-    """
+    """Mean score against each of :data:`COST_AXES` per task, with ``pareto_<column>`` fronts."""
     costs = costs.dropna(subset=["mean"])
     if costs.empty:
         return None
@@ -180,17 +165,9 @@ def cost_scatter(costs: pd.DataFrame, palette: Palette, multi_encoder: bool) -> 
 
 
 def curves(
-    frame: pd.DataFrame,
-    palette: Palette,
-    multi_encoder: bool,
-    x: str,
-    keys: list[str] = SETTING_KEYS,
+    frame: pd.DataFrame, palette: Palette, multi_encoder: bool, x: str, keys: list = SETTING_KEYS
 ) -> Figure | None:
-    """Per head, ``mean`` against ``x`` (``epoch`` or ``train_size``, log); a panel per ``keys``.
-
-    Band: ``low``–``high``; black edge: a ``best`` head; grey dashed: ``best_constant``
-    (where the frame has these columns).
-    """
+    """Per head, ``mean`` (band: ``low``–``high``) against ``x``; a panel per ``keys``."""
     frame = frame.dropna(subset=["mean"])
     if frame.empty:
         return None

@@ -54,15 +54,7 @@ def frame_table(
     table_id: str = "",
     classes: pd.DataFrame | None = None,
 ) -> str:
-    """A data frame as an HTML table by pandas' ``Styler`` (cells escaped) in a scrolling div.
-
-    Args:
-        frame: The rows to show; its columns are the header, its index is not shown.
-        caption: One short sentence above the table.
-        formats: Per column, a format string (``"{:.1f}"``) or a function of the value.
-        table_id: The table's ``id`` (fixed by the report, never from data), or none.
-        classes: CSS classes per cell (the frame's shape), for the page's style sheet.
-    """
+    """A frame as an escaped HTML table (Styler): ``formats`` per column, ``classes`` per cell."""
     styler = frame.style.format(dict(formats or {}), na_rep="–", escape="html")
     styler = styler.format_index(escape="html", axis=1).hide(axis="index")
     if caption:

@@ -19,8 +19,6 @@ from bench.results.geometry import geometry_rows
 from bench.results.layer_profile import SETTING, profile_rows
 from bench.results.table7_agreement import agreement, selection_rows
 
-FIGURE_CAPTION = "Mean over seeds with its 95% interval; dashed: the best constant; ▲/▼: clipped."
-#: The captions of the profile, Table 7 and agreement tables.
 CAPTIONS = (
     "Scores ×100; step: this layer − the one before, with the interval and verdict of its "
     "comparison; geometry of the word states from geometry.json.",
@@ -30,7 +28,6 @@ CAPTIONS = (
     "of our seeds; gap: last − second-to-last, its interval and verdict.",
 )
 SIGNED = ["step", "step low", "step high", "gap", "gap low", "gap high", "paper gap"]
-#: How the shown columns are formatted (scores and differences ×100).
 FORMATS: dict[str, str | Callable[[Any], str]] = {"rank": "{:g}", "paper rank": "{:g}"}
 FORMATS |= {"rho": "{:.2f}", "p": "{:.2g}", "seed rho": "{:.2f}"}
 FORMATS |= dict.fromkeys(["mean", "low", "high", "paper"], points)
@@ -39,7 +36,6 @@ FORMATS |= dict.fromkeys(["sentence share", "word to sentence cos", "anisotropy"
 
 
 def _varying(frame: pd.DataFrame) -> pd.DataFrame:
-    """Without the setting columns that hold one value (the encoder stays)."""
     drop = [c for c in SETTING[:1] + SETTING[2:] if c in frame and frame[c].nunique() < 2]
     return frame.drop(columns=drop)
 
@@ -51,8 +47,9 @@ def profile_figure(profile: pd.DataFrame) -> Figure:
     for ax, ((task, encoder, freeze, _, head), g) in zip(axes, panels, strict=True):
         metric, y = str(g["metric"].iloc[0]), 100 * g["mean"]
         ax.errorbar(g["layer"], y, [y - 100 * g["low"], 100 * g["high"] - y], fmt="o-", capsize=3)
-        constant = 100 * g["best_constant"].iloc[0]
-        ax.axhline(constant, ls="--", c=CONSTANT_COLOUR, label="best constant")
+        ax.axhline(
+            100 * g["best_constant"].iloc[0], ls="--", c=CONSTANT_COLOUR, label="best constant"
+        )
         top = RANGES.get(metric, (0.0, 1.0))[1]
         for _, r in g[g["clipped"].astype(bool)].iterrows():  # a clipped end: a triangle
             mark, end = ("^", "high") if r["high"] >= top else ("v", "low")
@@ -84,6 +81,8 @@ def layer_section(ctx: ReportContext) -> Section | None:
     pairs = zip((profile_view(profile, ctx.inputs.geometry), table7, agree), CAPTIONS, strict=True)
     parts = [frame_table(shown(_varying(f)), c, FORMATS) for f, c in pairs if len(f)]
     if not profile.empty:
-        alt = "Mean score per layer with intervals"
-        parts.insert(0, embed(profile_figure(profile), alt, FIGURE_CAPTION))
+        caption = "Mean over seeds with its 95% interval; dashed: the best constant; ▲/▼: clipped."
+        parts.insert(
+            0, embed(profile_figure(profile), "Mean score per layer with intervals", caption)
+        )
     return Section("layers", "Layer choice", "\n".join(parts))

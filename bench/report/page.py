@@ -24,7 +24,6 @@ from bench.report.selfcheck import selfcheck_section
 from bench.report.variance import variance_section
 from bench.results.display import TASK_NAMES
 
-#: The sections in order; a builder that returns None has nothing to show for this source.
 SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     answer_section,
     verdicts_section,
@@ -46,8 +45,6 @@ _TEMPLATE = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 ).get_template("report.html.j2")
-
-__all__ = ["build_context", "load_inputs"]
 
 
 def report_html(ctx: ReportContext, title: str | None = None) -> str:

@@ -36,8 +36,7 @@ def _grid(preset: Path) -> pd.DataFrame:
 
 def swept_values(preset: Path) -> dict[str, list[str]]:
     """Per swept key, every value the preset's whole grid gives it."""
-    grid = _grid(preset)
-    return {key: list(grid[key].dropna().unique()) for key in grid}
+    return {key: list(values.dropna().unique()) for key, values in _grid(preset).items()}
 
 
 def _value(key: str, value: object) -> str | None:
@@ -55,7 +54,6 @@ def _value(key: str, value: object) -> str | None:
 
 
 def _spelled(frame: pd.DataFrame) -> pd.DataFrame:
-    """A frame whose columns are sweep keys, every value in :func:`_value`'s spelling."""
     return frame.apply(lambda c: c.map(lambda v: _value(str(c.name), v))).drop_duplicates()
 
 

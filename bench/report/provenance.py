@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pandas as pd
 
@@ -11,21 +10,12 @@ from bench.report.context import ReportContext
 from bench.report.html import Section, details, frame_table
 from bench.results import stats
 
-#: Cell identity columns of the per-cell configuration table.
 CELL = ["task", "encoder", "head_label", "freeze_label", "train_size", "seed", "order_seed"]
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def part(flat: pd.DataFrame, prefix: str) -> pd.DataFrame:
     """The columns of ``pd.json_normalize(cells)`` under one key, named without it."""
     return flat.filter(regex=f"^{prefix}\\.").rename(columns=lambda c: c.split(".", 1)[1])
-
-
-def _listed(series: pd.Series, key: str, value: str) -> pd.DataFrame:
-    return series.rename_axis(key).rename(value).reset_index()
 
 
 def counted(frame: pd.DataFrame) -> pd.DataFrame:
@@ -50,11 +40,11 @@ def provenance_section(ctx: ReportContext) -> Section:
     status = runs["status"].fillna("unknown").value_counts()
     status["skipped (newest launch)"] = int(launch.get("skipped") or 0)
     status["result file problems"] = len(inputs.problems)
-    flat = cells.map(_text)
+    flat = cells.map(lambda v: v if isinstance(v, str) else json.dumps(v, default=str))
     versions = part(flat, "versions").melt(var_name="library", value_name="version")
     tables = [
-        (_listed(pd.Series(summary), "item", "value"), ""),
-        (_listed(status, "status", "cells"), "Cells by status."),
+        (pd.Series(summary).rename_axis("item").reset_index(name="value"), ""),
+        (status.rename_axis("status").reset_index(name="cells"), "Cells by status."),
         (pd.DataFrame({"result file problem": inputs.problems}), "Result files not read."),
         (runs.loc[runs["status"] != "ok", [*stats.RUN_KEYS, "status", "reason"]], "Not finished."),
         (counted(part(flat, "git")), "Code version."),
@@ -67,7 +57,9 @@ def provenance_section(ctx: ReportContext) -> Section:
         one = config.nunique() == 1
         ids = part(cells, "cell").reindex(columns=CELL).assign(status=cells.get("status"))
         ids = ids.assign(hash=cells.get("config_hash", pd.Series()).str[:12])
-        shared = frame_table(_listed(config.loc[:, one].iloc[0], "key", "value"))
+        shared = frame_table(
+            config.loc[:, one].iloc[0].rename_axis("key").reset_index(name="value")
+        )
         varying = frame_table(ids.join(config.loc[:, ~one], rsuffix=" (config)").sort_values(CELL))
         parts.append(
             details(f"Configuration shared by all {len(cells)} cells ({one.sum()} keys)", shared)

@@ -1,6 +1,6 @@
 """Generated Markdown: each results README and the README's Findings block.
 
-Both show the frames through :mod:`bench.results.display`; ``--check`` fails on a stale file::
+``--check`` fails on a stale file::
 
     python -m bench.report.readme results/fair_heads           # (re)write its README
     python -m bench.report.readme results/fair_heads --check   # exit 1 if it is stale
@@ -20,8 +20,9 @@ import pandas as pd
 
 from bench.atomic import atomic_write
 from bench.report.inputs import ReportInputs, load_inputs
-from bench.results import display, frames
+from bench.results import display
 from bench.results.studies import margins_of
+from bench.results.tables import load
 
 README = "README.md"
 GENERATED = (
@@ -33,12 +34,8 @@ START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 #: The reference experiments the README's Findings show, in order.
 EXPERIMENTS = (
-    "fair_heads",
-    "fair_table7",
-    "fair_table7_probe",
-    "variance_seeds",
-    "curves_sst2_rte",
-    "fair_heads_gpu",
+    *("fair_heads", "fair_table7", "fair_table7_probe", "variance_seeds"),
+    *("curves_sst2_rte", "fair_heads_gpu"),
 )
 LEGEND = (
     f"Cells: mean ±95% interval ×100 (seeds and dev examples); **bold** best mean; "
@@ -88,7 +85,7 @@ def is_generated(path: Path) -> bool:
     if not path.exists():
         return True
     with path.open(encoding="utf-8", errors="replace") as handle:
-        return any(line.startswith(MARKER) for line in (handle.readline() for _ in range(3)))
+        return any(handle.readline().startswith(MARKER) for _ in range(3))
 
 
 def not_generated_message(path: Path) -> str:
@@ -104,36 +101,23 @@ def write_readme(
 ) -> Path | None:
     """Write the generated README beside the results (None: a hand-written one is there)."""
     path = results_folder(inputs.source) / README
-    if not is_generated(path):
-        return None
     text = readme_text(inputs, scores, comparisons)
-    return atomic_write(path, lambda handle: handle.write(text))
-
-
-def experiment_frames(inputs: ReportInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The frames of some loaded results: those ``collect`` wrote beside them, else computed."""
-    stored = frames.read_frames(results_folder(inputs.source))
-    command = str(inputs.launch.get("command") or "")
-    return stored or frames.from_results(inputs.table, inputs.predictions, inputs.cells, command)
+    return atomic_write(path, methodcaller("write", text)) if is_generated(path) else None
 
 
 def experiment_readme(source: str | Path) -> str:
     """The README a results directory should have now."""
-    inputs = load_inputs(source)
-    return readme_text(inputs, *experiment_frames(inputs))
+    return readme_text(load_inputs(source), *load(Path(source))[1:])
 
 
 def findings(results: Path = ROOT / "results", names: Sequence[str] = EXPERIMENTS) -> str:
     """The README's Findings block: per experiment one table, one line and its links."""
     parts = [LEGEND]
     for name in names:
-        scores, comparisons = experiment_frames(load_inputs(results / name))
-        parts.append(
-            f"**`{name}`** ([README](results/{name}/README.md), [report](reports/{name}.html)). "
-            + display.takeaway(scores, comparisons)
-            + "\n\n"
-            + markdown(display.answer_frame(scores, markdown=True))
-        )
+        _, scores, comparisons = load(results / name)
+        links = f"([README](results/{name}/README.md), [report](reports/{name}.html))"
+        table = markdown(display.answer_frame(scores, markdown=True))
+        parts.append(f"**`{name}`** {links}. {display.takeaway(scores, comparisons)}\n\n{table}")
     return "\n\n".join(parts)
 
 

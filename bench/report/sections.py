@@ -17,13 +17,10 @@ from bench.results.frames import oriented
 
 GROUP, SETTING = stats.GROUP_KEYS, stats.SETTING_KEYS
 Formats = dict[str, Any]  # per column: a format string or a function of the value
-EVP_SEEDS = (1, 3, 5, 10)
-#: The training-size table: the best head's comparison with the runner-up (oriented a − b).
 LEADER_COLUMNS = "head_a mean_a beats_all head_b mean_b estimate low high verdict p_holm"
 LEADER_NAMES = "Best,Mean,Beats all,Runner-up,Runner-up mean,Difference,Low,High,Verdict,p (Holm)"
 LEADER = dict(zip(LEADER_COLUMNS.split(), LEADER_NAMES.split(","), strict=True))
 COST_NAMES = ["Mean", "Parameters", "Train s", "Front: parameters", "Front: time"]
-SPLIT_NAMES = {"select": "the selection slice held out from train (not dev)"}
 
 
 def _table(ctx: ReportContext, frame: pd.DataFrame, caption: str, formats: Formats) -> str:
@@ -81,7 +78,7 @@ def spread_section(ctx: ReportContext) -> Section | None:
     ]
     evp = stats.expected_validation_performance(ctx.inputs.table)
     if evp["n_seeds"].max() > 1:
-        evp = evp[evp["n_seeds"].isin(EVP_SEEDS)]
+        evp = evp[evp["n_seeds"].isin((1, 3, 5, 10))]
         sd = (100 * evp["expected_max_std"]).map(" ± {:.2f}".format)
         wide = evp.assign(cell=evp["expected_max"].map(points) + sd).pivot(
             index=GROUP, columns="n_seeds", values="cell"
@@ -135,7 +132,7 @@ def curves_section(ctx: ReportContext) -> Section | None:
     curve = history.groupby([*GROUP, "epoch"])["value"].agg(mean="mean", low="min", high="max")
     curve = curve.reset_index().assign(metric=lambda f: f["task"].map(main))
     wide = curve.pivot(index=GROUP, columns="epoch", values="mean").add_prefix("Epoch ")
-    where = SPLIT_NAMES.get(split, split)
+    where = {"select": "the selection slice held out from train (not dev)"}.get(split, split)
     caption = f"Mean main metric on {where} after each epoch (×100)."
     parts = [
         embed(

@@ -6,7 +6,6 @@ from bench.report.context import ReportContext
 from bench.report.html import Section, frame_table
 from bench.results.selfcheck_record import cell_frame, environment, head_frame
 
-#: Shown columns of the cell and head frames, and the headers that differ from their names.
 CELLS = ["cell", "metric", "status", "committed", "today", "diff", "changed", "n_predictions"]
 CELLS += ["identical", "stale"]
 HEADS = ["setting", "metric", "n", "seeds", "committed_mean", "t_low", "t_high", "ci_low"]
@@ -14,7 +13,6 @@ HEADS += ["ci_high", "today_mean", "shift", "inside", "stale"]
 HEADERS = {"diff": "Δ", "changed": "predictions changed", "n_predictions": "of", "n": "seeds"}
 HEADERS |= {"seeds": "re-run", "ci_low": "BCa low", "ci_high": "BCa high", "t_low": "t low"}
 HEADERS |= {"committed_mean": "committed mean", "t_high": "t high", "today_mean": "today's mean"}
-#: How each shown column reads: scores ×100 (a move signed), counts whole, flags yes/no.
 SCORES = ("committed", "today", "today's mean", "committed mean", "t low", "t high")
 FORMATS = {c: lambda v: f"{100 * v:.2f}" for c in (*SCORES, "BCa low", "BCa high")}
 FORMATS |= {c: lambda v: f"{100 * v:+.2f}" for c in ("Δ", "shift")}
@@ -31,7 +29,6 @@ def selfcheck_section(ctx: ReportContext) -> Section | None:
     heads = head_frame(record, ctx.inputs.table)[HEADS].rename(columns=HEADERS)
     heads["re-run"] = heads["re-run"].map(lambda seeds: ",".join(map(str, seeds)))
     stale = int(cells["stale"].sum() + heads["stale"].sum())
-    # a column that says nothing here: every cell ok, no BCa interval recorded, nothing stale
     cells = cells.drop(columns=[c for c in ("status", "stale") if cells[c].nunique() == 1])
     heads = heads.drop(columns=[c for c in ("BCa low", "BCa high") if heads[c].isna().all()])
     heads = heads.drop(columns=[] if stale else ["stale"])

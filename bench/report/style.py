@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 from collections.abc import Iterable
 
 import matplotlib
@@ -24,11 +25,9 @@ OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "
 FAILED_COLOUR = "#D55E00"
 CONSTANT_COLOUR = "#555555"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-#: Axis labels: the metrics shown in per cent, and the names of those shown ×100.
 PERCENT = {"accuracy": "accuracy (%)", "f1": "F1 (%)"}
 METRIC_NAMES = {"mcc": "MCC", "pearson": "Pearson r", "spearman": "Spearman ρ"}
-#: Matplotlib's settings: SVG text stays text (small, selectable, escaped by matplotlib), and
-#: SVG ids are stable (a report built again diffs only where it changed).
+#: Matplotlib's settings: SVG text stays text, SVG ids are stable (rebuilds diff only changes).
 STYLE = {"svg.fonttype": "none", "svg.hashsalt": "headbench", "font.size": 9, "axes.titlesize": 9}
 STYLE |= {"axes.spines.top": False, "axes.spines.right": False, "axes.grid": True}
 STYLE |= {"grid.alpha": 0.3, "legend.fontsize": 8, "legend.frameon": False, "figure.dpi": 100}
@@ -40,20 +39,14 @@ def ordered(values: Iterable[str], preferred: list[str]) -> list[str]:
     return sorted({str(v) for v in values}, key=lambda v: (rank.get(v, len(rank)), v))
 
 
-def _rank(column: pd.Series) -> pd.Series:
-    if column.name == "freeze_label":
-        return column.map(freeze_rank)
-    if column.name == "train_size":
-        return column.map(size_key)
-    if column.name == "head_label":
-        return column.map({h: i for i, h in enumerate(ordered(column, head_order()))})
-    return column
-
-
 def sort_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in report order: task, encoder, least trained freeze first, size ascending, head."""
     keys = [k for k in (*SETTING_KEYS, "head_label") if k in frame]
-    return frame.sort_values(keys, key=_rank, kind="stable")
+    heads = {h: i for i, h in enumerate(ordered(frame.get("head_label", []), head_order()))}
+    rank = {"freeze_label": freeze_rank, "train_size": size_key, "head_label": heads}
+    return frame.sort_values(
+        keys, key=lambda c: c.map(rank[c.name]) if c.name in rank else c, kind="stable"
+    )
 
 
 class Palette:
@@ -65,13 +58,11 @@ class Palette:
 
     def colour(self, head: str) -> str:
         """The head's colour."""
-        found = str(head) in self.heads
-        return OKABE_ITO[self.heads.index(str(head)) % len(OKABE_ITO)] if found else "#777777"
+        return dict(zip(self.heads, itertools.cycle(OKABE_ITO))).get(str(head), "#777777")
 
     def marker(self, freeze: str) -> str:
         """The freezing strategy's marker."""
-        found = str(freeze) in self.freezes
-        return MARKERS[self.freezes.index(str(freeze)) % len(MARKERS)] if found else "o"
+        return dict(zip(self.freezes, itertools.cycle(MARKERS))).get(str(freeze), "o")
 
 
 def task_title(task: str) -> str:

@@ -15,11 +15,9 @@ from bench.report.html import Section, embed, frame_table
 from bench.report.style import Palette, grid, task_title
 from bench.results.variance import ALPHA, variance_table
 
-#: The components in the order drawn: column, legend label, colour.
 COMPONENTS = [("share_init", "initialisation (seed)", "#0072B2")]
 COMPONENTS += [("share_order", "batch order (order_seed)", "#E69F00")]
 COMPONENTS += [("share_resid", "residual (interaction)", "#BBBBBB")]
-#: The table's columns after the setting's, with their headers.
 SHOWN = {"grid": "seeds × orders", "mean": "mean", "sd_init": "SD init", "sd_order": "SD order"}
 SHOWN |= {"sd_resid": "SD resid.", "share_init": "init %", "share_order": "order %"}
 SHOWN |= {"share_resid": "resid. %", "p_init": "p init", "p_order": "p order"}
@@ -29,8 +27,7 @@ SHOWN |= {"failures": "failed", "failure_origin": "failures from"}
 def shares_figure(frame: pd.DataFrame, palette: Palette) -> Figure:
     """Stacked bars of each head's variance shares (``frame``: report order), a panel a setting."""
     settings = list(frame.groupby(["task", "encoder", "freeze_label", "train_size"], sort=False))
-    height = 0.9 + 0.35 * frame["head_label"].nunique()
-    fig, axes = grid(len(settings), columns=2, width=4.2, height=height)
+    fig, axes = grid(len(settings), 2, 4.2, 0.9 + 0.35 * frame["head_label"].nunique())
     for ax, ((task, encoder, freeze, size), group) in zip(axes, settings, strict=True):
         left = np.zeros(len(group))
         for column, _, colour in COMPONENTS:

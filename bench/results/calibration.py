@@ -1,10 +1,4 @@
-"""Calibration of the classification heads from the stored class probabilities ``probs``.
-
-With confidence ``c_i = max_k p_ik``: **ECE** (Guo et al. 2017) over :data:`N_BINS` equal-width
-bins ``((m−1)/M, m/M]``, ``Σ_m |B_m|/n · |accuracy(B_m) − mean confidence(B_m)|``; **Brier**
-``mean_i Σ_k (p_ik − 1[y_i = k])²``; **NLL** ``mean_i −ln p_i,y_i``. **Temperature scaling**:
-``softmax(ln p / T)``, ``T`` minimising the NLL on the run's selection slice (NaN without).
-"""
+"""Calibration (ECE, Brier, NLL, temperature scaling) from stored ``probs`` (docs/statistics.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +20,6 @@ N_BINS = 15  #: Equal-width confidence bins of the ECE and the reliability diagr
 TEMPERATURE_BOUNDS = (0.01, 100.0)  #: Searched (a perfectly separated slice stops at 0.01).
 TINY = float(np.finfo(np.float64).tiny)  #: A probability's floor under a logarithm.
 RUN_KEYS = [*CELL_COLUMNS, *AXIS_COLUMNS, "config_hash"]  #: One run (:func:`calibration_tables`).
-#: One row of :func:`calibration_summary`: a head in one setting and reporting split.
 SETTING_KEYS = ["task", "encoder", "freeze_label", "train_size", "head_label", "split"]
 SCORES = ("ece", "brier", "nll")  #: Before (and, suffixed ``_ts``, after) temperature scaling.
 
@@ -40,7 +33,7 @@ def bin_totals(probs: np.ndarray, labels: np.ndarray, n_bins: int = N_BINS) -> n
 
 
 def scores(probs: np.ndarray, labels: np.ndarray, n_bins: int = N_BINS) -> dict[str, float]:
-    """ECE, Brier score and NLL (module docstring) of (n, C) probabilities and n class ids."""
+    """ECE, Brier score and NLL of (n, C) probabilities and n class ids."""
     _, confidence, correct = bin_totals(probs, labels, n_bins)
     onehot = np.eye(probs.shape[1])[labels]
     return {
@@ -70,11 +63,7 @@ def fit_temperature(probs: np.ndarray, labels: np.ndarray) -> float:
 def calibration_tables(
     predictions: pd.DataFrame, n_bins: int = N_BINS
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(runs, bins)``: per run and reporting split its scores, per bin its examples and sums.
-
-    ``_ts``: after temperature scaling; rows without ``probs`` are ignored. Raises DataError
-    for a label that is not a class, or not one probability per class.
-    """
+    """``(runs, bins)``: per run and split its scores (``_ts``: scaled), per bin its sums."""
     runs: list[dict[str, object]] = []
     bins: list[dict[str, object]] = []
     rows = predictions[predictions["probs"].notna()] if "probs" in predictions else None

@@ -1,11 +1,7 @@
 """Result files → one tidy table (one row per cell × split × metric), and its side files.
 
-``python -m bench.results.collect runs/quick -o results/quick`` re-scores every cell from its
-predictions (:mod:`bench.results.rescore`) and publishes the table, history, provenance, launch
-log, predictions, trials and the statistics frames together. A result file that fails its check
-is skipped and named, of a cell's duplicates the latest is kept, ``superseded/`` is not read. A
-missing or empty root, or a collect that would drop cells the results directory holds from
-other roots (``cells.json``), exits 2 and writes nothing; ``--replace`` drops them on purpose.
+``python -m bench.results.collect runs/quick -o results/quick``; see docs/usage.md and
+docs/faults.md for what is skipped, refused (exit 2) and written.
 """
 
 from __future__ import annotations
@@ -66,15 +62,7 @@ def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
 
 
 def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Read and check every result file under ``roots``.
-
-    Args:
-        roots: Directories to search, or result files.
-
-    Returns:
-        The results (one per cell, the latest finished) and one message per file skipped
-        (unreadable, malformed, of a newer schema), per duplicate, and per warning.
-    """
+    """The checked results under ``roots`` (the latest per cell), and the problems met."""
     results, problems = [], []
     for path in find_result_files(roots):
         try:
@@ -129,14 +117,7 @@ def _stored(value: Any, kind: type | tuple[type, ...]) -> Any:
 
 
 def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """One row per cell × split × metric at the best epoch (failed cells: one row, no value).
-
-    Args:
-        results: Checked results (:func:`read_results`).
-
-    Returns:
-        The tidy table, columns :data:`TABLE_COLUMNS`.
-    """
+    """One row per cell × split × metric at the best epoch (failed cells: one row, no value)."""
     rows = []
     for res in results:
         main = str(res.get("main_metric"))
@@ -182,13 +163,7 @@ def has_table(folder: str | Path) -> bool:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a tidy table, its text columns as text (``layers="-1"``), ``seed`` as ``Int64``.
-
-    Args:
-        path: A table file or the directory that holds it (Parquet preferred).
-
-    Returns:
-        The tidy table, columns as stored.
+    """A tidy table file, or the one of a directory (Parquet preferred); text as text, seed Int64.
 
     Raises:
         FileNotFoundError: If there is no table at ``path``.
@@ -206,15 +181,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
 
 def record_files(results: list[dict[str, Any]], roots: Iterable[str | Path]) -> dict[str, bytes]:
-    """The contents of ``history.csv``, ``cells.json`` and ``launches.jsonl``.
-
-    Args:
-        results: The results (:func:`read_results`).
-        roots: The directories they were read from (with their launch logs).
-
-    Returns:
-        File name → content.
-    """
+    """File name → content of ``history.csv``, ``cells.json`` and ``launches.jsonl``."""
     cells = json.dumps(records.provenance_records(results), indent=2, allow_nan=True, default=str)
     lines = "".join(json.dumps(r, default=str) + "\n" for r in records.read_launch_log(roots))
     return {
@@ -256,14 +223,12 @@ def _relative(path: Path) -> str:
     return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
 
 
-def _key(record: dict[str, Any]) -> tuple[Any, ...] | None:
-    """:func:`cell_key` of a recorded cell; None for a hand-edited one without a usable cell."""
+def _known(record: dict[str, Any], keys: set[tuple[Any, ...]]) -> bool:
+    """Whether a recorded cell is one of ``keys`` (a hand-edited one without a usable cell: no)."""
     try:
-        key = cell_key(record)
-        hash(key)
+        return cell_key(record) in keys
     except (AttributeError, KeyError, TypeError):  # no cell, or a list for a coordinate
-        return None
-    return key
+        return False
 
 
 def _dropped(
@@ -300,15 +265,7 @@ def _dropped(
 def dropped_at_launch(
     out_dir: str | Path, sweep_dir: str | Path, planned: Iterable[str | Path]
 ) -> tuple[list[str], list[str]]:
-    """The cells of ``results_dir`` a sweep's end (collecting ``sweep_dir`` alone) would drop.
-
-    Args:
-        out_dir: The sweep's ``results_dir``.
-        sweep_dir: ``hydra.sweep.dir``, the root its end collects.
-        planned: Every planned cell's run directory.
-
-    Returns:
-        The recorded run directories of the dropped cells: outside, and gone.
+    """The run directories (outside, gone) of ``out_dir``'s cells a sweep's end would drop.
 
     Raises:
         CollectError: If ``cells.json`` cannot be read as a list of cells.
@@ -376,13 +333,7 @@ def _refusal(
 
 @contextlib.contextmanager
 def results_lock(out_dir: str | Path) -> Iterator[None]:
-    """Hold a results directory's lock (re-entrant): one collect and its report at a time.
-
-    A directory this call created is removed again if the block fails.
-
-    Args:
-        out_dir: The results directory (created if missing).
-    """
+    """Hold ``out_dir``'s lock (re-entrant; a directory it created goes if the block fails)."""
     folder = Path(out_dir).resolve()
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
@@ -401,20 +352,11 @@ def results_lock(out_dir: str | Path) -> Iterator[None]:
 def collect(
     roots: Iterable[str | Path], out_dir: str | Path | None, *, replace: bool = False
 ) -> pd.DataFrame:
-    """Read results under ``roots``, print problems, and publish the outputs together.
-
-    Args:
-        roots: Run or sweep directories (or result files).
-        out_dir: The results directory to write, or None to only return the table.
-        replace: Write ``out_dir`` even when that drops cells it holds now (from run
-            directories outside ``roots``, or gone).
-
-    Returns:
-        The tidy table.
+    """Read results under ``roots``, print problems, publish the outputs together (None: don't).
 
     Raises:
-        CollectError: If a root is missing or holds no result file, no result file passes
-            its check, or (without ``replace``) ``out_dir``'s cells would be dropped.
+        CollectError: If a root is missing or empty, no result file passes its check, or
+            (without ``replace``) ``out_dir``'s cells would be dropped.
     """
     roots = list(roots)
     with results_lock(out_dir) if out_dir is not None else contextlib.nullcontext():
@@ -438,7 +380,7 @@ def collect(
             )
         if out_dir is not None and not replace:
             keys = {cell_key(res) for res in results}
-            outside, missing = _dropped(out_dir, roots, lambda record: _key(record) in keys)
+            outside, missing = _dropped(out_dir, roots, lambda record: _known(record, keys))
             if outside or missing:
                 raise CollectError(_refusal(out_dir, roots, outside, missing, sweep=False))
         table = tidy(results)
@@ -459,14 +401,7 @@ def collect(
 
 
 def write_frames(folder: str | Path) -> list[Path]:
-    """(Re)write ``scores`` and ``comparisons`` beside a table (after margins or studies change).
-
-    Args:
-        folder: The results directory.
-
-    Returns:
-        The paths written.
-    """
+    """(Re)write ``scores`` and ``comparisons`` beside a table; the paths written."""
     folder = Path(folder)
     cells_file = folder / CELLS_FILE
     cells = json.loads(read_text(cells_file)) if cells_file.is_file() else []

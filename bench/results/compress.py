@@ -19,17 +19,7 @@ from bench.data.text_lines import GZIP_SUFFIX
 
 
 def compress_file(path: Path) -> Path:
-    """Replace ``path`` by ``path.gz`` (deterministic gzip, level 9), atomically.
-
-    Args:
-        path: A plain prediction file.
-
-    Returns:
-        The compressed file.
-
-    Raises:
-        OSError: If the copy does not decompress to the same bytes (the plain file stays).
-    """
+    """Replace ``path`` by ``path.gz`` (deterministic gzip, level 9), atomically; the new path."""
     data = path.read_bytes()
     packed = gzip.compress(data, compresslevel=9, mtime=0)
     if gzip.decompress(packed) != data:  # pragma: no cover - zlib round trip

@@ -1,9 +1,4 @@
-"""Runs that cross initialisation seeds with batch-order seeds: the grid and its grand mean.
-
-For ``x_ij = μ + a_i + b_j + e_ij`` (random effects), the grand mean's variance is
-``(MS_A + MS_B − MS_E)/(IJ)`` from the two-way ANOVA mean squares, a negative component set
-to 0, with Satterthwaite's df ``V² / Σ (c_k MS_k)² / df_k`` (Clark 1973; Baayen et al. 2008).
-"""
+"""Crossed seeds × order seeds: the grid and its grand mean (docs/statistics.md)."""
 
 from __future__ import annotations
 
@@ -23,10 +18,7 @@ class CrossedMean(NamedTuple):
 
 
 def mean_squares(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Mean squares (rows, columns, residual) of a complete I × J grid, I, J ≥ 2, and their df.
-
-    A mean square within float noise of 0 is 0; ValueError for a smaller or incomplete grid.
-    """
+    """Mean squares (rows, columns, residual; float noise is 0) of a complete I×J ≥ 2×2 grid, df."""
     x = np.asarray(grid, dtype=float)
     if x.ndim != 2 or min(x.shape) < 2 or not np.isfinite(x).all():
         raise ValueError(f"a crossed grid needs at least 2 x 2 finite values, got {x.shape}")
@@ -40,10 +32,7 @@ def mean_squares(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarra
 
 
 def grid_of(values: pd.Series) -> pd.DataFrame | None:
-    """Values indexed by (seed, order_seed) as a complete seeds × orders grid, if crossed.
-
-    The row or column with the most gaps (rows on ties) is cut first; None below 2 × 2.
-    """
+    """(seed, order_seed) values as a complete grid, cutting the most gapped row/column; or None."""
     finite = values.dropna()
     if finite.empty or finite.index.nlevels != 2:
         return None
@@ -56,7 +45,7 @@ def grid_of(values: pd.Series) -> pd.DataFrame | None:
 
 
 def crossed_mean(grid: np.ndarray | pd.DataFrame) -> CrossedMean:
-    """The grand mean of an I × J grid (I, J ≥ 2) with its standard error (module docstring)."""
+    """The grand mean of an I × J grid (I, J ≥ 2) with its standard error."""
     ms, df = mean_squares(grid)
     on = (ms[:2] > ms[2]).astype(float)  # a positive seed / order component
     c = np.array([on[0], on[1], 1.0 - on.sum()]) / np.size(grid)

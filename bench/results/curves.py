@@ -14,14 +14,12 @@ CURVE_KEYS = ["task", "encoder", "freeze_label"]
 
 def whole_number(train_size: object) -> int:
     """A training size as an integer; None/NA (the whole split) is ``WHOLE_SPLIT``."""
-    missing = train_size is None or pd.isna(train_size)
-    return WHOLE_SPLIT if missing else int(train_size)  # type: ignore[call-overload]
+    return WHOLE_SPLIT if pd.isna(train_size) else int(train_size)  # type: ignore[call-overload]
 
 
 def size_key(train_size: object) -> float:
     """Sort key of a training size: the number, the whole training split last."""
-    size = whole_number(train_size)
-    return float("inf") if size == WHOLE_SPLIT else float(size)
+    return float("inf") if (size := whole_number(train_size)) == WHOLE_SPLIT else float(size)
 
 
 def size_text(train_size: object) -> str:
@@ -42,11 +40,7 @@ def sized_settings(frame: pd.DataFrame) -> frozenset[tuple[str, str, str]]:
 def split_by_size(
     frame: pd.DataFrame, keys: Sequence[str]
 ) -> list[tuple[tuple[Any, ...], int | None, pd.DataFrame]]:
-    """Groups of ``keys`` (a prefix of :data:`CURVE_KEYS`), split by size where sized.
-
-    Returns:
-        ``(group keys, size or None, rows)`` in key order, sizes ascending.
-    """
+    """``(group keys, size or None, rows)`` per group of ``keys``, split by size where sized."""
     if list(keys) != CURVE_KEYS[: len(keys)]:
         raise ValueError(f"keys={list(keys)}: must be a prefix of {CURVE_KEYS}")
     split = {setting[: len(keys)] for setting in sized_settings(frame)}

@@ -1,9 +1,4 @@
-"""Spot the "F1 = 0" collapse: a cell whose best epoch predicts one class for everything.
-
-A degenerate cell still finishes ``ok`` (its score is real), but its result carries
-``degenerate: true`` and the prediction histogram, so the collapse shows in the result
-file, the logs and the report instead of hiding behind a mean.
-"""
+"""Spot the "F1 = 0" collapse: a cell whose best epoch predicts one class (still ``ok``)."""
 
 from __future__ import annotations
 
@@ -18,17 +13,7 @@ CONSTANT_ATOL = 1e-6  # regression outputs closer than this are "one value"
 def prediction_summary(
     spec: TaskSpec | TokenTaskSpec, predictions: dict[str, dict[str, list[Any]]]
 ) -> dict[str, Any]:
-    """Summarise the best epoch's predictions on the model-selection split.
-
-    Args:
-        spec: The task.
-        predictions: Per split, columns ``idx``, ``label``, ``pred`` (tag lists per
-            sentence for token tasks); the first split is the one that selects the epoch.
-
-    Returns:
-        ``split``, ``degenerate`` (one class or value predicted) and ``histogram`` (label
-        name -> count), or for regression ``min`` and ``max``.
-    """
+    """The first split's ``degenerate`` flag and ``histogram`` (regression: ``min``, ``max``)."""
     split = next(iter(predictions))
     preds = list(predictions[split]["pred"])
     if preds and isinstance(preds[0], (list, tuple)):  # token tasks: tags per sentence

@@ -16,12 +16,8 @@ from bench.results.frames import SETTING, oriented, setting_rows
 #: Paper-style metric names.
 METRIC_NAMES = dict(accuracy="acc", f1="F1", mcc="MCC", pearson="Pearson", spearman="Spearman")
 TASK_NAMES = {**{name: spec.glue_dir for name, spec in TASKS.items()}, "conll2003": "CoNLL-2003"}
-#: The mark of a head that is 'better' than every other head of its setting.
-BEATS_ALL = "▲"
-#: The mark of a setting where no head's interval is above the best constant.
-NO_HEAD_LEARNED = "†"
-#: The mark of an interval cut at the metric's range.
-CLIPPED = "‡"
+#: Marks: a head 'better' than every other head; no head above the constant; a clipped interval.
+BEATS_ALL, NO_HEAD_LEARNED, CLIPPED = "▲", "†", "‡"
 
 
 def points(value: float, signed: bool = False) -> str:
@@ -71,12 +67,7 @@ def score_text(row: pd.Series) -> str:
 
 
 def answer_frame(scores: pd.DataFrame, markdown: bool = False) -> pd.DataFrame:
-    """The answer: one row per setting, one column per head (``score_text``).
-
-    The best constant closes each row. A head 'better' than every other head is marked
-    :data:`BEATS_ALL`, a setting where no head beats the constant :data:`NO_HEAD_LEARNED`;
-    the best mean is bold in Markdown (elsewhere the caller styles it: :func:`answer_marks`).
-    """
+    """One row per setting, one column per head, the constant last (Markdown: best mean bold)."""
     names, heads = setting_names(scores), heads_in_order(scores)
     rows = []
     for key in settings_in_order(scores):
@@ -106,11 +97,7 @@ def answer_marks(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
 
 
 def verdict_frame(comparisons: pd.DataFrame, scores: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every comparison, one row each: 'head A is <verdict> than head B'.
-
-    Columns: the difference, the interval its verdict uses, Holm's p within its family (of m
-    tests) and the verdict; settings named as in the answer table of ``scores`` where given.
-    """
+    """Every comparison, one row each: 'head A is <verdict> than head B'."""
     names = setting_names(comparisons if scores is None else scores)
     rows = []
     for _, r in comparisons.iterrows():
@@ -159,19 +146,17 @@ def takeaway(scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:
         for _, r in winners.head(2).iterrows()
     )
     count = Counter(comparisons["verdict"])
-    tally = (
-        f"{count['better'] + count['worse']} decided, {count['equivalent']} equivalent, "
-        f"{count['inconclusive']} inconclusive"
-        + (f", {count['not comparable']} not comparable" if count["not comparable"] else "")
+    apart = f", {count['not comparable']} not comparable" if count["not comparable"] else ""
+    more = " …" if len(winners) > 2 else ""
+    beats = (
+        f"Beats every other head: {won}{more}. "
+        if won
+        else "No head beats every other head anywhere. "
     )
     text = (
-        f"Best mean (of {len(names)} setting{'s' if len(names) > 1 else ''}): {top}. "
-        + (
-            f"Beats every other head: {won}{' …' if len(winners) > 2 else ''}. "
-            if won
-            else "No head beats every other head anywhere. "
-        )
-        + f"{len(comparisons)} pairs: {tally}."
+        f"Best mean (of {len(names)} setting{'s' if len(names) > 1 else ''}): {top}. {beats}"
+        f"{len(comparisons)} pairs: {count['better'] + count['worse']} decided, "
+        f"{count['equivalent']} equivalent, {count['inconclusive']} inconclusive{apart}."
     )
     decided = comparisons[comparisons["verdict"].isin(["better", "worse"])]
     if decided.empty:

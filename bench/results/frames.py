@@ -1,13 +1,11 @@
 """Statistics as data: one row per setting × head (``scores``), one per head pair (``comparisons``).
 
-Everything that shows "which head?" reads these two frames; ``docs/statistics.md`` explains
-the method: standard errors from seeds and (jackknife) dev examples, Holm within a family,
-one verdict per pair (not comparable, equivalent, better, worse or inconclusive).
+``docs/statistics.md`` explains the method: errors from seeds and (jackknife) dev examples,
+Holm within a family, one verdict per pair.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -25,20 +23,15 @@ from bench.data.tasks import ALL_TASKS, TokenTaskSpec
 from bench.results import crossed, stats
 from bench.results.studies import Margin, Study, family_of, margins_of, studies_of
 
-#: What a setting is: every axis of a cell except head and seed.
-SETTING = list(stats.SETTING_KEYS)
-#: What pairs two heads' runs.
-PAIR = list(stats.PAIR_KEYS)
-ALPHA = 0.05
-CONFIDENCE = 0.95
+#: A setting: every axis of a cell except head and seed; what pairs two heads' runs.
+SETTING, PAIR = list(stats.SETTING_KEYS), list(stats.PAIR_KEYS)
+ALPHA, CONFIDENCE = 0.05, 0.95
 #: Run values and differences are rounded to this many decimals for their spread.
 DECIMALS = 12
 #: The range of each metric (an interval end beyond it is clipped and marked).
 RANGES = {"mcc": (-1.0, 1.0), "pearson": (-1.0, 1.0), "spearman": (-1.0, 1.0)}
-#: Which noise an interval counts: without dev predictions, and with them.
-METHODS = ("seeds", "seeds and dev examples")
-#: The frames' files beside ``results.csv``.
-FRAME_NAMES = ("scores", "comparisons")
+#: Which noise an interval counts (without dev predictions, with them); the frames' files.
+METHODS, FRAME_NAMES = ("seeds", "seeds and dev examples"), ("scores", "comparisons")
 _ERRORS = ["se_seed", "se_dev", "se", "df"]
 SCORE_COLUMNS = [
     *SETTING,
@@ -57,10 +50,6 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
 
 
-def _mcc(tp: np.ndarray, tn: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
-    return _ratio(tp * tn - fp * fn, np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
-
-
 def _pearson(*sums: np.ndarray) -> np.ndarray:
     n, sx, sy, sxx, syy, sxy = sums
     return (n * sxy - sx * sy) / np.sqrt((n * sxx - sx**2) * (n * syy - sy**2))
@@ -71,7 +60,9 @@ def _pearson(*sums: np.ndarray) -> np.ndarray:
 _FROM_COUNTS: dict[str, Callable[..., np.ndarray]] = {
     "accuracy": lambda correct, n: correct / n,
     "f1": lambda tp, tn, fp, fn: _ratio(2 * tp, 2 * tp + fp + fn),
-    "mcc": _mcc,
+    "mcc": lambda tp, tn, fp, fn: _ratio(
+        tp * tn - fp * fn, np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    ),
     "pearson": _pearson,
     "spearman": _pearson,
 }
@@ -102,10 +93,7 @@ def _entity_counts(rows: pd.DataFrame) -> np.ndarray:
 
 
 def jackknife(task: str, metric: str, rows: pd.DataFrame) -> np.ndarray:
-    """One run's metric with each dev unit (example; CoNLL: sentence) left out in turn.
-
-    ``rows``: the run's ``predictions.parquet`` rows of one split; the values come in unit order.
-    """
+    """One run's metric (of its predictions of one split) with each dev unit left out in turn."""
     spec = ALL_TASKS[task]
     if metric not in _FROM_COUNTS:
         raise ValueError(f"no jackknife for metric {metric!r}")
@@ -143,10 +131,7 @@ def jackknife_runs(predictions: pd.DataFrame, runs: pd.DataFrame) -> dict[tuple,
 def dev_theta(
     loo: Sequence[np.ndarray | None], minus: Sequence[np.ndarray | None] = ()
 ) -> np.ndarray | None:
-    """Per dev unit, the mean over runs without it (minus ``minus``'s: a paired difference).
-
-    None where a run has no predictions or the runs' splits differ in size.
-    """
+    """Per dev unit, the mean over runs without it, minus ``minus``'s (None: a run lacks it)."""
     arrays = [x for x in [*loo, *minus] if x is not None]
     if not loo or len(arrays) < len(loo) + len(minus) or len({x.shape for x in arrays}) > 1:
         return None
@@ -157,8 +142,8 @@ def dev_theta(
 def estimate(values: pd.Series, theta: np.ndarray | None = None) -> dict[str, float]:
     """``mean``, ``se_seed``, ``se_dev``, ``se`` and Welch–Satterthwaite ``df`` of run values.
 
-    ``values`` (indexed by :data:`PAIR`): a head's scores or paired differences; ``theta``:
-    their :func:`dev_theta` (None: the dev term is NaN). NaN errors with fewer than two runs.
+    ``values`` (indexed by :data:`PAIR`): scores or paired differences; ``theta``: their
+    :func:`dev_theta` (None: no dev term).
     """
     x = values.to_numpy(dtype=float)
     grid = crossed.grid_of(values)
@@ -189,11 +174,7 @@ def _interval(frame: pd.DataFrame, confidence: float | pd.Series) -> tuple[pd.Se
 def scores(
     runs: pd.DataFrame, loo: Mapping[tuple, np.ndarray] | None = None, studies: Sequence[Study] = ()
 ) -> pd.DataFrame:
-    """One row per setting × head (:data:`SCORE_COLUMNS`) of :func:`stats.run_values` rows.
-
-    ``loo``: :func:`jackknife_runs` (None: seeds only). ``best`` and ``beats_all`` are False
-    until :func:`mark_best` fills them.
-    """
+    """One row per setting × head (:data:`SCORE_COLUMNS`); ``loo``: :func:`jackknife_runs`."""
     loo = loo or {}
     rows = []
     runs = stats.fill_axes(runs).sort_values(stats.RUN_KEYS, kind="stable")
@@ -232,20 +213,6 @@ def scores(
     return frame[SCORE_COLUMNS]
 
 
-def _provenance(cells: Sequence[Mapping[str, Any]]) -> dict[tuple, tuple[str, str, str]]:
-    """Per run key: (device, weights, commit) from the cells' provenance records."""
-    out = {}
-    for record in cells:
-        hardware = record.get("hardware") or {}
-        path = str((record.get("encoder_info") or {}).get("path") or "")
-        out[stats.run_key(dict(record.get("cell") or {}))] = (
-            str(hardware.get("gpu") or "CPU") if hardware else "",
-            "/".join(path.rstrip("/").split("/")[-2:]),
-            str((record.get("git") or {}).get("commit") or ""),
-        )
-    return out
-
-
 def comparisons(
     runs: pd.DataFrame,
     score_frame: pd.DataFrame,
@@ -257,12 +224,18 @@ def comparisons(
 ) -> pd.DataFrame:
     """Every pair of heads within a setting, with one verdict (:data:`COMPARISON_COLUMNS`).
 
-    Args as :func:`scores`, plus: ``score_frame`` (which heads beat the constant), the
-    ``margins``, the ``cells``' provenance records (device, weights, commit) and the heads'
-    display ``order`` (``head_a`` comes first; heads not in it follow by name).
+    Args as :func:`scores`, plus the ``cells``' provenance records (device, weights, commit)
+    and the heads' ``order`` (``head_a`` comes first; heads not in it follow by name).
     """
-    loo = loo or {}
-    where = _provenance(cells)
+    loo, where = loo or {}, {}
+    for record in cells:  # per run key: (device, weights, commit)
+        hardware = record.get("hardware") or {}
+        path = str((record.get("encoder_info") or {}).get("path") or "")
+        where[stats.run_key(dict(record.get("cell") or {}))] = (
+            str(hardware.get("gpu") or "CPU") if hardware else "",
+            "/".join(path.rstrip("/").split("/")[-2:]),
+            str((record.get("git") or {}).get("commit") or ""),
+        )
     beats = score_frame.set_index([*SETTING, "head_label"])["beats_constant"]
     margin_of = {(m.task, m.metric): m.margin / 100 for m in margins}
     rank = {h: i for i, h in enumerate(order)}
@@ -279,6 +252,7 @@ def comparisons(
             found = [[where.get(k, ("", "", "")) for k in ks] for ks in (ka, kb)]
             both = np.array(found, dtype=str).reshape(2, -1, 3)  # (head, run, what)
             clash = ((both[0] != "") & (both[1] != "") & (both[0] != both[1])).any(axis=0)
+            both_beat = bool(beats.get((*keys, a), False) and beats.get((*keys, b), False))
             rows.append(
                 {
                     **dict(zip(SETTING, keys, strict=True)),
@@ -291,9 +265,7 @@ def comparisons(
                     "mean_b": float(pair[b].mean()),
                     "margin": margin_of.get((str(keys[0]), metric), math.nan),
                     "differs": ", ".join(np.array(["device", "weights", "commit"])[clash]),
-                    "both_beat": bool(
-                        beats.get((*keys, a), False) and beats.get((*keys, b), False)
-                    ),
+                    "both_beat": both_beat,
                 }
             )
     if not rows:
@@ -324,24 +296,12 @@ def comparisons(
     frame["p_holm"] = families.transform(lambda p: multipletests(p, method="holm")[1])
     sim_low, sim_high = _interval(frame, 1 - ALPHA / frame["m"].where(tested))
     frame = frame.assign(sim_low=sim_low.where(tested), sim_high=sim_high.where(tested))
-    return _verdicts(frame.rename(columns={"mean": "estimate"}))[COMPARISON_COLUMNS]
-
-
-def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
-    """The one verdict per comparison and the interval it uses."""
-    equivalent = (
-        frame["both_beat"]
-        & (frame["low90"] > -frame["margin"])
-        & (frame["high90"] < frame["margin"])
-    )
-    significant = frame["p_holm"] < ALPHA
+    frame = frame.rename(columns={"mean": "estimate"})
+    within = (frame["low90"] > -frame["margin"]) & (frame["high90"] < frame["margin"])
+    equivalent, significant = frame["both_beat"] & within, frame["p_holm"] < ALPHA
+    up, down = significant & (frame["estimate"] > 0), significant & (frame["estimate"] < 0)
     verdict = np.select(
-        [
-            frame["differs"] != "",
-            equivalent,
-            significant & (frame["estimate"] > 0),
-            significant & (frame["estimate"] < 0),
-        ],
+        [frame["differs"] != "", equivalent, up, down],
         ["not comparable", "equivalent", "better", "worse"],
         default="inconclusive",
     )
@@ -351,7 +311,7 @@ def _verdicts(frame: pd.DataFrame) -> pd.DataFrame:
         shown=np.where(uses_90, "90%", "95% simultaneous"),
         low=np.where(uses_90, frame["low90"], frame["sim_low"]),
         high=np.where(uses_90, frame["high90"], frame["sim_high"]),
-    )
+    )[COMPARISON_COLUMNS]
 
 
 def mark_best(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> pd.DataFrame:
@@ -384,11 +344,7 @@ _NEGATE = ["estimate", "low90", "high90", "sim_low", "sim_high", "low", "high"]
 
 
 def oriented(frame: pd.DataFrame, head_a: str, head_b: str | None = None) -> pd.DataFrame:
-    """The comparisons of ``head_a`` (against ``head_b`` or every head), read as ``a − b``.
-
-    Rows stored the other way round are flipped: estimate and intervals change sign, means
-    swap, ``better``/``worse`` swap; p-values and the other verdicts stay.
-    """
+    """The comparisons of ``head_a`` (against ``head_b`` or every head), read as ``a − b``."""
     mine = frame[(frame["head_a"] == head_a) | (frame["head_b"] == head_a)]
     if head_b is not None:
         mine = mine[(mine["head_a"] == head_b) | (mine["head_b"] == head_b)]
@@ -420,24 +376,17 @@ def from_results(
     command: str,
     conf_dir: Path | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(scores, comparisons)`` of a results table (main metric, dev split).
-
-    With its predictions (empty: seeds only), cells' provenance records, and the families and
-    margins of the preset the newest launch's ``command`` names.
-    """
+    """``(scores, comparisons)`` of a results table, with its launch ``command``'s preset."""
     studies, margins = studies_of(command, conf_dir), margins_of(command, conf_dir)
     return build(stats.run_values(table), predictions, studies, margins, cells, head_order())
 
 
 def frame_files(score_frame: pd.DataFrame, comparison_frame: pd.DataFrame) -> dict[str, bytes]:
     """``scores`` and ``comparisons`` as the contents of their CSV and Parquet files."""
-    files = {}
+    files: dict[str, Any] = {}
     for name, frame in zip(FRAME_NAMES, (score_frame, comparison_frame), strict=True):
-        text, parquet = io.StringIO(newline=""), io.BytesIO()
-        frame.to_csv(text, index=False)
-        frame.to_parquet(parquet, index=False)
-        files[f"{name}.csv"] = text.getvalue().encode("utf-8")
-        files[f"{name}.parquet"] = parquet.getvalue()
+        files[f"{name}.csv"] = frame.to_csv(index=False).encode("utf-8")
+        files[f"{name}.parquet"] = frame.to_parquet(index=False)
     return files
 
 

@@ -1,9 +1,4 @@
-"""How much of a layer's word states is shared by the whole sentence (torch-free).
-
-Evidence for ``fair_table7``'s departure from BERT's Table 7 ordering (MiniLM was trained so
-that its last layer's mean token state embeds the sentence). ``python -m bench.run.geometry``
-writes the figures of :func:`layer_geometry` to ``results/<experiment>/geometry.json``.
-"""
+"""How much of a layer's word states the sentence shares (``python -m bench.run.geometry``)."""
 
 from __future__ import annotations
 
@@ -38,9 +33,6 @@ def layer_geometry(
         sentence: ``(n_words,)`` the sentence each word belongs to (any integer ids).
         seed: Seeds the draw of the cross-sentence pairs.
         n_pairs: How many pairs to draw.
-
-    Returns:
-        The three figures (floats) by name.
 
     Raises:
         ValueError: For mismatched shapes or fewer than two sentences.

@@ -9,7 +9,6 @@ from bench.results.frames import oriented, setting_rows
 
 SETTING = list(stats.SETTING_KEYS)
 STEP = ["step", "step_low", "step_high", "step_verdict"]
-#: Columns of :func:`profile_rows` (scores and steps on the metric's scale).
 PROFILE_COLUMNS = [*SETTING, "head", "layer", "head_label", "metric", "mean", "low", "high"]
 PROFILE_COLUMNS += ["clipped", "n", "best_constant", *STEP, "vs_best"]
 
@@ -17,11 +16,7 @@ PROFILE_COLUMNS += ["clipped", "n", "best_constant", *STEP, "vs_best"]
 def profile_rows(
     table: pd.DataFrame, scores: pd.DataFrame, comparisons: pd.DataFrame
 ) -> pd.DataFrame:
-    """The profile (:data:`PROFILE_COLUMNS`) of the table's single-layer heads (or empty).
-
-    ``step*``: this layer − the one before (its verdict's interval and verdict); ``vs_best``:
-    the verdict against the best layer of its setting and head (``best`` there).
-    """
+    """The profile of single-layer heads: steps from the layer before, verdict vs the best."""
     single = table[table["layers"].astype(str).str.fullmatch(r"\d+")]
     labels = single[[*SETTING, "head", "head_label", "layers"]].drop_duplicates()
     rows = scores.merge(labels, on=[*SETTING, "head_label"])

@@ -1,10 +1,4 @@
-"""Per-example predictions of every cell, as one table anyone can re-score.
-
-A cell writes ``predictions_<split>.csv`` (GLUE: ``idx,label,pred[,prob_0,...]``) or ``.txt``
-(CoNLL: ``word gold pred`` lines), and ``predictions_select.csv`` under ``selection=heldout``.
-:func:`cell_predictions` reads them into rows of ``predictions.parquet``, laid out in
-docs/protocol.md ("Predictions are part of the result").
-"""
+"""Per-example predictions of every cell as one table (docs/protocol.md, "Predictions ...")."""
 
 from __future__ import annotations
 
@@ -37,14 +31,7 @@ Row = tuple[int, int, str, str, list[float] | None]
 
 
 def label_texts(spec: TaskSpec) -> list[str]:
-    """Class id → the label as written in the TSV files (``0``/``1`` or the name itself).
-
-    Args:
-        spec: A classification task.
-
-    Returns:
-        The label text of every class, in class-id order (the order of ``probs``).
-    """
+    """Class id → the label as written in the TSV files (``0``/``1`` or the name itself)."""
     raw = {name: text for text, name in spec.tsv_label_map.items()}
     return [raw.get(name, name) for name in spec.label_names]
 
@@ -109,17 +96,10 @@ def stored_file(path: Path) -> Path | None:
 
 
 def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
-    """One cell's predictions as rows of :data:`PREDICTION_COLUMNS`.
-
-    Args:
-        result: A collected result (with ``run_dir``, ``cell``, ``config_hash``).
-
-    Returns:
-        The rows of every reporting split, then of the selection slice (``select``) if any.
+    """One collected cell's predictions (every split, then ``select``), :data:`PREDICTION_COLUMNS`.
 
     Raises:
-        DataError: When the task is unknown, the cell wrote no prediction file for a split
-            its result scores, or a file is unreadable.
+        DataError: For an unknown task, a scored split without predictions, an unreadable file.
     """
     cell, run_dir = result["cell"], Path(result["run_dir"])
     spec = ALL_TASKS.get(str(cell.get("task")))

@@ -1,8 +1,4 @@
-"""Publish several files of one directory together: all of them, or none.
-
-Every file's temporary copy (``.<name>.<random>.tmp``, fsynced) is written before any is renamed
-into place, so a failure (disk full, a name taken by a folder) changes no file.
-"""
+"""Publish several files of one directory together: all of them, or none."""
 
 from __future__ import annotations
 
@@ -16,14 +12,7 @@ from bench.errors import CollectError
 
 
 def publish(out_dir: str | Path, files: Mapping[str, bytes]) -> list[Path]:
-    """Write ``files`` into ``out_dir``, each atomically, and all only when all could be written.
-
-    Args:
-        out_dir: The directory (created if missing).
-        files: File name → content, in the order they are renamed into place.
-
-    Returns:
-        The published paths.
+    """Write ``files`` (name → bytes) into ``out_dir``: every fsynced copy before any rename.
 
     Raises:
         CollectError: If a name is taken by a directory (before anything is written).

@@ -17,13 +17,7 @@ METRICS = frozenset({"accuracy", "f1", "mcc", "pearson", "spearman", "precision"
 
 
 def load_references(path: str | Path | None = None) -> pd.DataFrame:
-    """Read and validate the reference table.
-
-    Args:
-        path: A CSV file; default the ``references.csv`` shipped inside the package.
-
-    Returns:
-        The references, ``value`` as float (percent as published).
+    """Read and validate a reference CSV (default: the package's), ``value`` as float percent.
 
     Raises:
         ValueError: On missing columns, empty fields (``note`` may be empty), values that

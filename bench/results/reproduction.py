@@ -1,8 +1,4 @@
-"""Does a re-run reproduce a committed experiment? Re-run cells beside the committed ones.
-
-Per cell, the committed and today's value and changed predictions; per head and setting, the
-committed 95% t interval and *today's mean*: the committed one with the re-run seeds' values.
-"""
+"""Does a re-run reproduce a committed experiment? Re-run cells beside the committed ones."""
 
 from __future__ import annotations
 
@@ -18,10 +14,8 @@ from bench.results.stats import GROUP_KEYS, RUN_KEYS, fill_axes, run_values, t_i
 IDENTICAL_ATOL = 1e-6  #: Below one example of any split, above float32 rounding (6e-8 near 1).
 SCORE_ATOL = 1e-4  #: A regression score "changes" beyond this (float32 rounding moves it 1e-6).
 CONFIDENCE = 0.95  #: The level of the committed interval of a head's mean (Student t).
-#: Columns of :attr:`Reproduction.cells` (``identical``: the score alone).
 CELL_COLUMNS = [*RUN_KEYS, "metric", "split", "status", "reason", "committed", "today", "diff"]
 CELL_COLUMNS += ["identical", "changed", "n_predictions", "score_diff"]
-#: Columns of :attr:`Reproduction.settings` (older records add BCa's ``ci_*``, ``in_ci``).
 SETTING_COLUMNS = [*GROUP_KEYS, "metric", "split", "n", "seeds", "committed_mean", "t_low"]
 SETTING_COLUMNS += ["t_high", "slice_committed_mean", "slice_today_mean", "today_mean", "shift"]
 SETTING_COLUMNS += ["in_t", "failed_seeds", "reproduces"]
@@ -36,11 +30,7 @@ def setting_name(row: pd.Series | dict[str, Any], seed: bool = False) -> str:
 def prediction_changes(
     committed: pd.DataFrame, today: pd.DataFrame, split: str = "dev"
 ) -> pd.DataFrame:
-    """Per re-run cell: ``changed`` predictions, ``n_predictions`` and ``score_diff``.
-
-    A class changes when it differs, a score (STS-B) beyond :data:`SCORE_ATOL` (``score_diff``:
-    its largest move), a missing example always; NaN when none of the cell's was committed.
-    """
+    """Per re-run cell: ``changed`` predictions (a score: beyond SCORE_ATOL), ``n_predictions``."""
     keys = [*RUN_KEYS, "split", "example", "token"]
     mine, theirs = (fill_axes(p[p["split"] == split])[[*keys, "pred"]] for p in (today, committed))
     merged = mine.merge(theirs, on=keys, how="left", suffixes=("", "_committed"))
@@ -89,10 +79,7 @@ def compare(
     today_predictions: pd.DataFrame | None = None,
     split: str = "dev",
 ) -> Reproduction:
-    """Compare re-run cells (a tidy table) with the committed table they come from.
-
-    ``changed`` is NaN without both prediction tables; ValueError without a committed re-run cell.
-    """
+    """Compare re-run cells (a tidy table) with the committed table they come from."""
     today_runs = run_values(today, split=split)
     if today_runs.empty:
         raise ValueError("no re-run cells to compare")
@@ -113,11 +100,6 @@ def compare(
     else:
         cells = cells.assign(changed=np.nan, n_predictions=np.nan, score_diff=np.nan)
     cells = cells[CELL_COLUMNS].reset_index(drop=True)
-    return Reproduction(cells, _settings(committed_runs, cells, split), split)
-
-
-def _settings(committed_runs: pd.DataFrame, cells: pd.DataFrame, split: str) -> pd.DataFrame:
-    """One row per setting of the re-run cells: the committed interval and today's mean."""
     redo = cells[[*RUN_KEYS, "metric", "status", "today"]]
     runs = committed_runs[[*RUN_KEYS, "value"]].merge(redo, on=RUN_KEYS, how="left")
     # a run is a seed and its order seed: a crossed study has several runs per seed
@@ -141,4 +123,4 @@ def _settings(committed_runs: pd.DataFrame, cells: pd.DataFrame, split: str) -> 
             | {"failed_seeds": redone["seed"][failed].astype(int).tolist()}
             | {"reproduces": in_t and not failed.any()}
         )
-    return pd.DataFrame(rows, columns=SETTING_COLUMNS)
+    return Reproduction(cells, pd.DataFrame(rows, columns=SETTING_COLUMNS), split)

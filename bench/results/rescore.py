@@ -1,12 +1,4 @@
-"""Re-score a cell from its predictions and compare with the metrics it recorded.
-
-:func:`verified` recomputes every metric of a cell from ``predictions.parquet``-shaped rows
-with scikit-learn, SciPy and seqeval (not the torchmetrics code that recorded them) and
-refuses the cell when one differs by more than :data:`TOLERANCE`: float32 torchmetrics
-agrees to about 1e-5, while one changed prediction of 872 SST-2 examples moves accuracy by
-1.1e-3. A correlation of constant predictions or labels is undefined (None when recorded,
-NaN from SciPy) and agrees with undefined, or with the 0.0 that older results recorded.
-"""
+"""Re-score a cell from its predictions (scikit-learn, SciPy, seqeval); see docs/protocol.md."""
 
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.errors import DataError
 from bench.results.predictions import cell_predictions, label_texts
 
-#: Absolute difference allowed between a recorded and a re-scored metric.
+#: Recorded vs re-scored: float32 agrees to ~1e-5; one SST-2 prediction of 872 moves 1.1e-3.
 TOLERANCE = 1e-4
 #: Metrics undefined for a constant input (SciPy: NaN); older results recorded 0 for them.
 CORRELATIONS = frozenset({"pearson", "spearman"})
@@ -63,15 +55,7 @@ def _agrees(metric: str, recorded: float | None, again: float | None, constant: 
 
 
 def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
-    """Metrics recorded in ``result`` that its predictions do not reproduce.
-
-    Args:
-        result: A collected ``ok`` result (``best.metrics``; ``selection.metrics`` too).
-        predictions: That cell's rows (:func:`bench.results.predictions.cell_predictions`).
-
-    Returns:
-        One message per disagreeing metric (empty: the cell re-scores).
-    """
+    """One message per metric recorded in an ``ok`` result that its predictions do not give."""
     spec = ALL_TASKS[str(result["cell"]["task"])]
     recorded = dict((result.get("best") or {}).get("metrics") or {})
     selection = result.get("selection") or {}
@@ -98,16 +82,10 @@ def mismatches(result: dict[str, Any], predictions: pd.DataFrame) -> list[str]:
 def verified(
     results: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[pd.DataFrame], list[str]]:
-    """Keep the results whose predictions reproduce their metrics; name the others.
+    """Kept results, their predictions, and one message per refused or unchecked cell.
 
     An ``ok`` result is refused when a metric does not re-score or (from schema
-    :data:`PREDICTIONS_SCHEMA` on) a prediction file is missing or unreadable.
-
-    Args:
-        results: Collected results (:func:`bench.results.collect.read_results`).
-
-    Returns:
-        ``(kept results, their prediction frames, one message per refused or unchecked cell)``.
+    :data:`PREDICTIONS_SCHEMA` on) its predictions are missing or unreadable.
     """
     kept, frames, problems = [], [], []
     for result in results:

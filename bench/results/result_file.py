@@ -1,9 +1,4 @@
-"""One ``result.json`` (written by :func:`bench.run.train.run`, or copied, edited, hand-made).
-
-:func:`load_result` checks the fields that collect and the report read (:data:`FIELDS`), so
-that a wrong one is named with its file, dotted field and what was expected instead of
-crashing a collect halfway. Fields nobody reads are not checked.
-"""
+"""One ``result.json``, checked: a wrong field that collect reads (:data:`FIELDS`) is named."""
 
 from __future__ import annotations
 
@@ -112,14 +107,7 @@ def with_axes(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_result(raw: bytes, path: str | Path) -> tuple[dict[str, Any], list[str]]:
-    """Decode and check the bytes of one result file.
-
-    Args:
-        raw: The file's content.
-        path: The file (for the messages).
-
-    Returns:
-        The result (:func:`with_axes`) and its warnings (no ``config_hash``: resume cannot match).
+    """Decode and check one result file's bytes: the result (:func:`with_axes`), its warnings.
 
     Raises:
         DataError: ``<path>: skipped: <why>``: not UTF-8 JSON, a newer schema, a wrong field.
@@ -153,17 +141,7 @@ def parse_result(raw: bytes, path: str | Path) -> tuple[dict[str, Any], list[str
 
 
 def load_result(path: str | Path) -> tuple[dict[str, Any], list[str]]:
-    """Read and check one ``result.json``.
-
-    Args:
-        path: The file.
-
-    Returns:
-        The result and its warnings (see :func:`parse_result`).
-
-    Raises:
-        DataError: ``<path>: skipped: <why>`` (see :func:`parse_result`).
-    """
+    """Read and check one ``result.json`` (:func:`parse_result`; DataError if unreadable)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as err:

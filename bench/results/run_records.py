@@ -1,9 +1,4 @@
-"""What a sweep leaves besides scores, written beside ``results.csv`` by collect.
-
-``history.csv`` (cell × epoch × split × metric, plus ``train_loss``), ``cells.json`` (each
-cell's provenance: status, config and hash, git, versions, hardware, times, parameters) and
-``launches.jsonl`` (one ``launch`` record per launch, one ``skip`` per cell it did not train).
-"""
+"""``history.csv``, ``cells.json`` (provenance) and ``launches.jsonl``, beside ``results.csv``."""
 
 from __future__ import annotations
 
@@ -33,14 +28,7 @@ PROVENANCE_KEYS = (  # noqa: SIM905 (as a list literal: 19 lines)
 
 
 def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Per-epoch metrics of every cell as a tidy table.
-
-    Args:
-        results: Parsed ``result.json`` contents.
-
-    Returns:
-        Columns :data:`HISTORY_COLUMNS`; cells without history contribute no rows.
-    """
+    """Per-epoch metrics of every cell as a tidy table, columns :data:`HISTORY_COLUMNS`."""
     rows = []
     for res in results:
         cell = [res["cell"].get(k) for k in [*CELL_COLUMNS, *AXIS_COLUMNS]]
@@ -56,11 +44,7 @@ def history_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell's provenance record (``cells.json``).
-
-    The cell, :data:`PROVENANCE_KEYS`, ``selection`` without the slice's example ids, and
-    ``lockstep`` (a lock-step group) and ``phases_s`` (its wall time's parts) where present.
-    """
+    """Each cell's ``cells.json`` record: :data:`PROVENANCE_KEYS`, ``selection`` without ids."""
     records = []
     for res in results:
         selection = res.get("selection")
@@ -73,21 +57,12 @@ def provenance_records(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def log_launch_event(sweep_dir: str | Path, event: str, **fields: Any) -> None:
-    """Append one JSON line (one ``O_APPEND`` write) to ``<sweep_dir>/launches.jsonl``.
-
-    Args:
-        sweep_dir: The sweep directory.
-        event: ``launch`` (``command``, ``planned``) or ``skip`` (``cell_path``, ``state``).
-        **fields: The record's fields.
-    """
+    """Append one ``event`` record (``launch`` or ``skip``) to ``<sweep_dir>/launches.jsonl``."""
     append_json_line(Path(sweep_dir) / LAUNCH_LOG, {"event": event, "time": utc_now(), **fields})
 
 
 def read_launch_log(sweep_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """The launch-log records of ``sweep_dirs``, oldest first, unreadable lines skipped.
-
-    A sweep without a log gets a ``launch`` record rebuilt from Hydra's ``multirun.yaml``.
-    """
+    """The launch records of ``sweep_dirs``, oldest first (no log: from ``multirun.yaml``)."""
     records = []
     for root in map(Path, sweep_dirs):
         path = root / LAUNCH_LOG if root.is_dir() else root
@@ -109,15 +84,7 @@ def read_launch_log(sweep_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
 
 
 def last_launch(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Summarise the newest launch.
-
-    Args:
-        records: Launch-log records, oldest first.
-
-    Returns:
-        The newest launch's ``command`` and ``time`` (None without one), ``skipped`` (skip
-        records since), ``launches`` (how many) and ``planned`` (every cell path planned).
-    """
+    """The newest launch's command and time, skips since, launches, and every cell planned."""
     starts = [i for i, r in enumerate(records) if r["event"] == "launch"]
     lists = [records[i]["planned"] for i in starts if isinstance(records[i].get("planned"), list)]
     newest, after = (records[starts[-1]], records[starts[-1] :]) if starts else ({}, [])

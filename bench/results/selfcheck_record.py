@@ -1,7 +1,4 @@
-"""The record of a self-check, ``selfcheck.json`` (``python -m bench.run.selfcheck``), as frames.
-
-``stale``: a row the results table beside the record no longer matches (later cells move a mean).
-"""
+"""The record of a self-check, ``selfcheck.json`` (``python -m bench.run.selfcheck``), as frames."""
 
 from __future__ import annotations
 
@@ -18,7 +15,6 @@ from bench.results import reproduction as rep
 from bench.results.stats import GROUP_KEYS, RUN_KEYS, run_values
 
 RECORD_FILE = "selfcheck.json"  #: The record's file name, in ``--out`` and beside the results.
-#: The keys the report reads (every record has them).
 RECORD_KEYS = ("slice", "finished_at", "split", "cells", "settings", "committed", "today")
 #: The record's columns that hold numbers (null, the JSON of NaN, becomes NaN).
 NUMBERS = {"committed", "today", "diff", "changed", "n_predictions", "score_diff", "shift"}
@@ -27,7 +23,6 @@ NUMBERS |= {"slice_committed_mean", "slice_today_mean"}
 
 
 def _error(path: Path, what: str) -> DataError:
-    """The error for a bad record: the file, what is wrong, and how to write it again."""
     redo = f"python -m bench.run.selfcheck {path.parent} --out DIR, then copy DIR/{path.name}"
     return DataError(f"{path}: {what}; write it again: {redo} to {path}")
 
@@ -86,11 +81,7 @@ def _frame(
 
 
 def cell_frame(record: dict[str, Any], table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per re-trained cell: committed and today's value, Δ, predictions changed.
-
-    Also ``cell`` (its path), ``same_score`` (finished, within ``identical_atol``), ``identical``
-    (and no prediction changed) and ``stale`` (``table`` holds another committed value).
-    """
+    """One row per re-trained cell: committed and today's value, Δ, ``identical``, ``stale``."""
     cells = _frame(record, "cells", table, RUN_KEYS, {"mean": "committed"})
     atol = float(record.get("identical_atol") or rep.IDENTICAL_ATOL)
     cells["same_score"] = (cells["status"] == "ok") & (cells["diff"].abs() <= atol)
@@ -100,11 +91,7 @@ def cell_frame(record: dict[str, Any], table: pd.DataFrame | None = None) -> pd.
 
 
 def head_frame(record: dict[str, Any], table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per head and setting: committed mean and interval beside today's mean.
-
-    Also ``setting``, the BCa ``ci_low``/``ci_high`` of older records, ``inside`` (today's mean
-    within the t and any BCa interval) and ``stale`` (``table`` gives another count or mean).
-    """
+    """One row per head and setting: committed mean and intervals beside today's, ``inside``."""
     heads = _frame(record, "settings", table, GROUP_KEYS, {"count": "n", "mean": "committed_mean"})
     heads = heads.reindex(columns=[*rep.SETTING_COLUMNS, "ci_low", "ci_high", "stale"])
     none = [s.get("ci_method") == "none" for s in record["settings"]]  # no BCa interval
@@ -118,10 +105,7 @@ def head_frame(record: dict[str, Any], table: pd.DataFrame | None = None) -> pd.
 
 
 def device_name(hardware: dict[str, Any] | None) -> str:
-    """Where a cell trained (its ``hardware``): the GPU, else ``CPU (<its vector kernels>)``.
-
-    ``CPU (kernels not recorded)`` without the kernels, ``not recorded`` without hardware.
-    """
+    """Where a cell trained (its ``hardware``): the GPU, else ``CPU (<its vector kernels>)``."""
     hardware = hardware or {}
     if hardware.get("gpu"):
         return str(hardware["gpu"])
@@ -131,11 +115,7 @@ def device_name(hardware: dict[str, Any] | None) -> str:
 
 
 def environment(record: dict[str, Any]) -> pd.DataFrame:
-    """The commit, device and library versions of the committed cells beside today's.
-
-    One row per ``item`` (``commit``, ``device``, then each library of today's side):
-    ``committed`` (``/``-joined over the committed cells), ``today`` and ``same``.
-    """
+    """Per ``item`` (commit, device, libraries): ``committed``, ``today`` and ``same``."""
     committed, today = record["committed"], record["today"]
     git, versions = today.get("git") or {}, committed.get("versions") or {}
     commit = str(git.get("commit") or "not recorded")[:7] + ("+dirty" if git.get("dirty") else "")

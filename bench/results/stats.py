@@ -40,13 +40,7 @@ def _pair_labels(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy with every expected column present (missing: NaN, or as the task spec says).
-
-    Args:
-        table: A tidy table as produced by :func:`bench.results.collect.tidy`.
-
-    Returns:
-        The normalised copy.
+    """A copy of a tidy table with every expected column present (NaN, or from the task spec).
 
     Raises:
         ValueError: If a required column is missing, or ``main_metric`` cannot be inferred.
@@ -73,13 +67,7 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def fill_axes(frame: pd.DataFrame, columns: Sequence[str] = tuple(_UNSET)) -> pd.DataFrame:
-    """A copy with the optional axes as ``int64``, so they can key groups and merges.
-
-    Args:
-        frame: A table with (or without) the axis columns; not modified.
-        columns: The axes to fill (default both): unset is :data:`WHOLE_SPLIT` or
-            :data:`ORDER_FROM_SEED`.
-    """
+    """A copy with the optional ``columns`` as ``int64``, unset ones filled (:data:`_UNSET`)."""
     out = frame.copy()
     for column in columns:
         given = out[column] if column in out else pd.Series(np.nan, index=out.index)
@@ -93,17 +81,7 @@ def run_key(cell: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def failure_threshold(metric: str, baseline: float, best_constant: float = math.nan) -> float:
-    """The value at or below which a run of ``metric`` counts as failed (NaN: no rule).
-
-    Args:
-        metric: Metric name.
-        baseline: The majority-class baseline of that metric (NaN if none).
-        best_constant: The best constant prediction's score on the same split (NaN if none).
-
-    Returns:
-        ``best_constant`` if finite, else ``baseline`` if known, else 0 for ``pearson``,
-        ``spearman`` and ``mcc``, else NaN.
-    """
+    """At or below which a run fails: best constant, else baseline, else 0 (correlations) or NaN."""
     if np.isfinite(best_constant):
         return float(best_constant)
     if not np.isnan(baseline):
@@ -112,21 +90,10 @@ def failure_threshold(metric: str, baseline: float, best_constant: float = math.
 
 
 def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") -> pd.DataFrame:
-    """One row per run with the chosen metric's value and whether the run failed.
+    """One row per run with ``metric``'s value (``"main"``: each task's) and whether it failed.
 
-    A run fails (Mosbach et al. 2021) when its status is not ``ok``, its value is NaN, or it
-    is at or below :func:`failure_threshold`. A non-ok run is kept in every task the metric
-    applies to (for ``metric="main"``, all).
-
-    Args:
-        table: Tidy results table (normalised or raw).
-        metric: A metric name, or ``"main"`` for each task's main metric.
-        split: The evaluation split (``dev``, ``dev_mismatched``, ``test``).
-
-    Returns:
-        The run keys and labels, split, metric, value, baseline, best_constant, threshold,
-        fail_reason (``""``, the status, ``undefined``, ``at or below best constant``/
-        ``baseline``) and failed.
+    A run fails (Mosbach et al. 2021) when not ``ok``, undefined, or at or below
+    :func:`failure_threshold`; ``fail_reason`` says which (see docs/statistics.md).
     """
     table = normalize_table(table)
     ok = table[table["status"] == "ok"]
@@ -153,11 +120,7 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
 
 
 def t_interval(values: ArrayLike, confidence: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of the mean, ``mean ± t_{(1+c)/2, n-1} · s / sqrt(n)`` (NaNs dropped).
-
-    Returns:
-        ``(low, high)``: zero width for a constant sample, NaNs for fewer than two values.
-    """
+    """Student-t interval of the mean (NaNs dropped; zero width if constant, NaNs if n < 2)."""
     x = pd.Series(np.ravel(values), dtype=float).dropna().to_numpy()
     if x.size < 2:
         return math.nan, math.nan
@@ -173,14 +136,7 @@ def _max_weights(size: int, ns: np.ndarray) -> np.ndarray:
 
 
 def expected_max(values: ArrayLike, n: int | Sequence[int]) -> np.ndarray:
-    """Exact expected maximum of ``n`` i.i.d. draws from the values (Dodge et al. 2019).
-
-    Args:
-        values: Observed scores (NaNs dropped).
-        n: Number of draws (an int or a sequence of ints >= 1).
-
-    Returns:
-        The expected maxima, one per ``n`` (a 0-d array for an int ``n``).
+    """Exact expected maximum of ``n`` i.i.d. draws from the values, NaNs dropped (Dodge 2019).
 
     Raises:
         ValueError: If there are no values or some ``n`` < 1.
@@ -220,34 +176,17 @@ def _evp(frame: pd.DataFrame, score: pd.Series, carry: list[str], n: str) -> pd.
 def expected_validation_performance(
     table: pd.DataFrame, metric: str = "main", split: str = "dev"
 ) -> pd.DataFrame:
-    """Expected best score of n seeds, n = 1..N, per setting (Dodge et al. 2019).
-
-    Args:
-        table: Tidy results table (its runs with a value are the draws).
-        metric: A metric name, or ``"main"``.
-        split: The evaluation split.
-
-    Returns:
-        The setting keys, metric, split, n_seeds, expected_max, expected_max_std.
-    """
+    """Expected best score of n seeds, n = 1..N, per setting (Dodge et al. 2019)."""
     runs = run_values(table, metric=metric, split=split).dropna(subset=["value"])
     out = _evp(runs, runs["value"], ["metric", "split"], "n_seeds")
     return out[[*GROUP_KEYS, "metric", "split", "n_seeds", "expected_max", "expected_max_std"]]
 
 
 def evp_from_trials(trials: pd.DataFrame) -> pd.DataFrame:
-    """Expected best selection score after n of a head's N search trials, n = 1..N.
+    """Expected best selection score after n of a head's N search trials (Dodge et al. 2019).
 
-    Dodge et al. (2019). A failed trial (status not ``ok``, or no finite score) stays in the
-    pool, it spent budget, but is never the best: failing half the trials costs.
-
-    Args:
-        trials: :data:`TRIAL_COLUMNS` (``head``, ``layers``, ``freeze``, ``selection_metric``,
-            ``train_size`` may be missing); a trial listed twice counts once (the last).
-
-    Returns:
-        The setting keys, head, layers, freeze, selection_metric, trials (N), failed_trials,
-        n_trials (n), expected_max, expected_max_std (given a success), p_all_failed.
+    A failed trial stays in the pool (it spent budget) but is never the best; a trial listed
+    twice counts once (the last).
 
     Raises:
         ValueError: If a required column is missing.

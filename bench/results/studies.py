@@ -1,10 +1,8 @@
-"""Which settings of an experiment form its headline, and which are studies beside it.
+"""A preset's ``studies`` (each its own Holm family) and ``equivalence`` margins.
 
-A preset may name ``studies`` (``- {name: full fine-tuning study, where: {freeze: full}}``):
-settings that ran with a smaller budget, each reported as its own Holm family. A setting
-belongs to the first study whose every ``where`` column (:data:`STUDY_COLUMNS`: a value or a
-list) matches, else to the :data:`HEADLINE`. The preset's ``equivalence`` key declares the
-margins. Neither key changes a cell's hash.
+``- {name: full fine-tuning study, where: {freeze: full}}``: a setting belongs to the first
+study whose every ``where`` column matches, else to the :data:`HEADLINE`. Neither key
+changes a cell's hash.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from omegaconf import OmegaConf
 
 from bench.errors import ConfigError
 from bench.paths import config_dir
-from bench.results.run_records import last_launch, read_launch_log
 
 #: The family of every setting that is in no study.
 HEADLINE = "headline"
@@ -42,10 +39,8 @@ def preset_path(command: str, conf_dir: Path | None = None) -> Path | None:
 def _spelling(key: str, value: object) -> str:
     """A ``where`` or table value in one spelling (a training size as a whole number)."""
     text = str(value)
-    if key != "train_size":
-        return text
-    if value is None or text in ("null", "None", "", "nan"):
-        return "null"
+    if key != "train_size" or text in ("null", "None", "", "nan"):
+        return text if key != "train_size" else "null"
     try:
         return str(int(float(text)))
     except ValueError:
@@ -54,12 +49,7 @@ def _spelling(key: str, value: object) -> str:
 
 @dataclass(frozen=True)
 class Study:
-    """A group of settings reported apart from the headline, as its own Holm family.
-
-    Attributes:
-        name: How the texts name it (``full fine-tuning study``).
-        where: Per ``where`` key (:data:`STUDY_COLUMNS`), the values it matches, as text.
-    """
+    """Settings reported apart from the headline: per ``where`` key, the values it matches."""
 
     name: str
     where: tuple[tuple[str, tuple[str, ...]], ...]
@@ -70,9 +60,8 @@ class Study:
         for key, values in self.where:
             if STUDY_COLUMNS[key] not in frame:
                 return np.zeros(len(frame), dtype=bool)
-            inside &= np.array(
-                [_spelling(key, v) in values for v in frame[STUDY_COLUMNS[key]]], dtype=bool
-            )
+            column = frame[STUDY_COLUMNS[key]]
+            inside &= np.array([_spelling(key, v) in values for v in column], dtype=bool)
         return inside
 
 
@@ -89,7 +78,7 @@ class Margin:
 def _entries(
     value: object, source: str, key: str, fields: Sequence[str]
 ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """A preset key's entries, each with where it is for errors, checked to have ``fields``."""
+    """A preset key's entries, each with where it is (for errors), checked to have ``fields``."""
     if value is None:
         return
     at, names = f"{source}: {key}", f"{', '.join(fields[:-1])} and {fields[-1]}"
@@ -112,11 +101,7 @@ def _values(key: str, given: object, here: str) -> tuple[str, ...]:
 
 
 def parse_studies(value: object, source: str) -> tuple[Study, ...]:
-    """The studies of a preset's ``studies`` key (None: none), checked.
-
-    Raises:
-        ConfigError: Naming ``source`` (the preset), the entry and the valid choices.
-    """
+    """The studies of a preset's ``studies`` key (None: none); ConfigError names what is wrong."""
     valid = ", ".join(STUDY_COLUMNS)
     studies: list[Study] = []
     for here, entry in _entries(value, source, STUDIES_KEY, ("name", "where")):
@@ -138,11 +123,7 @@ def parse_studies(value: object, source: str) -> tuple[Study, ...]:
 
 
 def parse_margins(value: object, source: str) -> tuple[Margin, ...]:
-    """The margins of a preset's ``equivalence`` key (None: none), checked.
-
-    Raises:
-        ConfigError: Naming ``source`` (the preset), the entry and the valid choices.
-    """
+    """The margins of a preset's ``equivalence`` key (None: none); ConfigError as above."""
     margins: list[Margin] = []
     fields = ("task", "metric", "margin", "reason")
     for here, entry in _entries(value, source, EQUIVALENCE_KEY, fields):
@@ -167,11 +148,6 @@ def _from_preset(preset: Path | None, key: str, parse: Callable[[object, str], t
     return parse(plain, str(preset))
 
 
-def preset_studies(preset: Path) -> tuple[Study, ...]:
-    """The studies a preset file names (``()`` where it names none)."""
-    return _from_preset(preset, STUDIES_KEY, parse_studies)
-
-
 def studies_of(command: str, conf_dir: Path | None = None) -> tuple[Study, ...]:
     """The studies of the preset a launch command names (``()``: no preset, or none named)."""
     return _from_preset(preset_path(command, conf_dir), STUDIES_KEY, parse_studies)
@@ -180,11 +156,6 @@ def studies_of(command: str, conf_dir: Path | None = None) -> tuple[Study, ...]:
 def margins_of(command: str, conf_dir: Path | None = None) -> tuple[Margin, ...]:
     """The margins of the preset a launch command names (``()``: no preset, or none declared)."""
     return _from_preset(preset_path(command, conf_dir), EQUIVALENCE_KEY, parse_margins)
-
-
-def results_studies(folder: Path, conf_dir: Path | None = None) -> tuple[Study, ...]:
-    """The studies of a results directory: those of its newest launch's preset."""
-    return studies_of(str(last_launch(read_launch_log([folder])).get("command") or ""), conf_dir)
 
 
 def family_of(frame: pd.DataFrame, studies: Sequence[Study]) -> pd.Series:

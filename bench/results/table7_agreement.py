@@ -21,7 +21,6 @@ FROZEN_ROWS = (
     ("concat_last4", "Concat Last Four Hidden"),
     ("sum_all", "Weighted Sum All 12 Layers"),
 )
-ORDER = {name: i for i, (name, _) in enumerate(FROZEN_ROWS)}
 GAP = ["gap", "gap_low", "gap_high", "verdict"]
 
 
@@ -32,17 +31,14 @@ def paper_scores(refs: pd.DataFrame) -> pd.Series:
 
 
 def selection_rows(table: pd.DataFrame, scores: pd.DataFrame, refs: pd.DataFrame) -> pd.DataFrame:
-    """Per setting and frozen BiLSTM selection the paper ran: our ``scores`` row beside its F1.
-
-    ``paper``: the paper's F1; ``rank``, ``paper_rank``: 1 = best; in the paper's row order.
-    """
+    """Per setting and the paper's frozen BiLSTM selections: our scores beside its F1, ranks."""
     names, paper = dict(FROZEN_ROWS), paper_scores(refs)
     mine = table[(table["task"] == TABLE7_TASK) & (table["freeze"] == "frozen")]
     mine = mine[(mine["head"] == "bilstm") & mine["layers"].isin(paper.index.intersection(names))]
     labels = mine[[*SETTING, "head_label", "layers"]].drop_duplicates()
     rows = scores.merge(labels, on=[*SETTING, "head_label"])
     rows = rows.assign(paper_row=rows["layers"].map(names), paper=rows["layers"].map(paper))
-    rows = rows.assign(order=rows["layers"].map(ORDER)).sort_values([*SETTING, "order"])
+    rows = rows.assign(order=rows["layers"].map(list(names).index)).sort_values([*SETTING, "order"])
     ranked = rows.groupby(SETTING, sort=False)
     rows["rank"] = ranked["mean"].rank(ascending=False)
     rows["paper_rank"] = ranked["paper"].rank(ascending=False)
@@ -63,12 +59,7 @@ def spearman(a: ArrayLike, b: ArrayLike) -> tuple[float, float]:
 def agreement(
     table: pd.DataFrame, scores: pd.DataFrame, comparisons: pd.DataFrame, refs: pd.DataFrame
 ) -> pd.DataFrame:
-    """Per setting with three or more selections: how our ordering agrees with the paper's.
-
-    ``rho``/``p``: :func:`spearman` of our means and the paper's; ``seed_rho``: the mean ρ over
-    pairs of the ``n_seeds`` seeds that ran every selection; ``gap`` (``gap_low``,
-    ``gap_high``, ``verdict``): the comparisons' last − second-to-last; ``paper_gap``.
-    """
+    """Per setting with 3+ selections: Spearman with the paper, seed ρ, last − second-to-last."""
     rows, paper = selection_rows(table, scores, refs), paper_scores(refs)
     runs = stats.run_values(table).merge(rows[[*SETTING, "head_label"]])
     out = []

@@ -1,8 +1,7 @@
 """``python -m bench.results.tables SOURCE --style glue|table7|heads|all [-o OUT]``.
 
-Writes ``<style>.md``, ``.tex`` and ``.html`` and prints the Markdown: ``heads`` the answer and
-every verdict, ``glue`` GLUE's layout with the published RoBERTa-base rows, ``table7`` BERT's
-Table 7 (CoNLL-2003, frozen BiLSTM by layer selection), from the frames, as in the report.
+Writes ``<style>.md``, ``.tex`` and ``.html`` from the frames and prints the Markdown: ``heads``
+the answer and every verdict, ``glue`` GLUE's layout, ``table7`` BERT's Table 7 (CoNLL-2003).
 """
 
 from __future__ import annotations
@@ -150,7 +149,7 @@ def _styler(part: Part, escape: str, uuid: str) -> Styler:
 
 
 def to_markdown(doc: Document) -> str:
-    """The document as Markdown (``to_markdown``: bold as ``**``)."""
+    """The document as Markdown (bold as ``**``)."""
     out = [f"# {doc[0]}", doc[1]]
     for part in doc[2]:
         cells = part.markdown if part.markdown is not None else part.frame
@@ -194,8 +193,8 @@ def load(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         cells = json.loads(read_text(known)) if known.is_file() else []
         return table, *frames.from_results(table, read_predictions(folder), cells, command)
     results, predictions, _ = verified(read_results([path])[0])
-    found = predictions_table(predictions)
-    return table, *frames.from_results(table, found, provenance_records(results), command)
+    found, cells = predictions_table(predictions), provenance_records(results)
+    return table, *frames.from_results(table, found, cells, command)
 
 
 def main(argv: list[str] | None = None) -> None:

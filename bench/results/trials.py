@@ -50,11 +50,7 @@ def _trial_row(path: Path) -> dict[str, Any] | None:
 
 
 def trials_table(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """One row per stored trial of the results' settings, ordered by setting and trial.
-
-    Args:
-        results: Collected results (each with ``run_dir``).
-    """
+    """One row per stored trial of the results' settings, ordered by setting and trial."""
     folders = sorted({Path(r["run_dir"]).parent / TRIALS_DIR for r in results if r.get("run_dir")})
     paths = [p for folder in folders for p in sorted(folder.glob(f"trial=*/{TRIAL_FILE}"))]
     table = pd.DataFrame([r for p in paths if (r := _trial_row(p))], columns=TRIALS_TABLE_COLUMNS)

@@ -1,10 +1,4 @@
-"""Where a head's spread comes from: initialisation (``seed``) against batch order (torch-free).
-
-Random-effects moments of a crossed grid (:mod:`bench.results.crossed`), truncated at zero:
-``var_init = (MS_init − MS_resid)/O``, ``var_order = (MS_order − MS_resid)/I``, ``var_resid =
-MS_resid``, each with its F test; the same tests of the 0/1 failure indicator say whether
-failures follow initialisations or batch orders (Dodge et al. 2020; approximate).
-"""
+"""Where a head's spread comes from: initialisation against batch order (docs/statistics.md)."""
 
 from __future__ import annotations
 
@@ -17,15 +11,10 @@ from bench.results.stats import GROUP_KEYS, ORDER_FROM_SEED, PAIR_KEYS, run_valu
 
 ALPHA = 0.05  #: Level of the F tests that name a failure origin.
 COMPONENTS = ("init", "order", "resid")  #: In the order of :func:`two_way`.
-#: ``failure_origin`` by which failure F tests reject (initialisation + 2 × order).
-ORIGINS = ("not separable", "initialisation", "batch order", "both")
 
 
 def two_way(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Components (init, order, residual) of a complete grid, and its F tests' p-values.
-
-    Seeds and orders against the residual: NaN where both mean squares are 0, 0 where only its is.
-    """
+    """Components (init, order, residual) of a complete grid, and its F tests' p-values."""
     ms, df = mean_squares(grid)
     n_i, n_j = np.shape(grid)
     var = np.array([max(0.0, (ms[0] - ms[2]) / n_j), max(0.0, (ms[1] - ms[2]) / n_i), ms[2]])
@@ -34,11 +23,7 @@ def two_way(grid: np.ndarray | pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def variance_table(table: pd.DataFrame, metric: str = "main", split: str = "dev") -> pd.DataFrame:
-    """One row per head setting whose runs cross seeds with order seeds; empty when none does.
-
-    The grid (``n_init`` × ``n_order``, ``runs_left_out``), ``mean``, the components as ``sd_*``
-    and ``share_*``, F tests' ``p_*``, ``failures`` with ``fail_p_*`` and ``failure_origin``.
-    """
+    """Per head setting crossing seeds with order seeds: components, F tests, failure origin."""
     runs = run_values(table, metric=metric, split=split)
     rows = []
     for keys, group in runs[runs["order_seed"] != ORDER_FROM_SEED].groupby(GROUP_KEYS):
@@ -48,7 +33,9 @@ def variance_table(table: pd.DataFrame, metric: str = "main", split: str = "dev"
             continue
         (var, p), fail_p = two_way(scores), two_way(failed)[1]
         n_failed = int(failed.to_numpy().sum())
-        origin = ORIGINS[int(fail_p[0] < ALPHA) + 2 * int(fail_p[1] < ALPHA)]
+        origin = ("not separable", "initialisation", "batch order", "both")[
+            int(fail_p[0] < ALPHA) + 2 * int(fail_p[1] < ALPHA)
+        ]
         shares = var / var.sum() if var.sum() > 0 else np.full(3, np.nan)
         rows.append(
             dict(zip(GROUP_KEYS, keys, strict=True))
