@@ -9,7 +9,6 @@ import jinja2
 
 from bench.atomic import atomic_write
 from bench.clock import utc_now
-from bench.report import sections
 from bench.report.answer import answer_section, verdicts_section
 from bench.report.budget import budget_section
 from bench.report.calibration import calibration_section
@@ -20,6 +19,12 @@ from bench.report.inputs import load_inputs
 from bench.report.layer_profile import layer_section
 from bench.report.preset_grid import grid_section
 from bench.report.provenance import provenance_section
+from bench.report.sections import (
+    cost_section,
+    curves_section,
+    spread_section,
+    training_size_section,
+)
 from bench.report.selfcheck import selfcheck_section
 from bench.report.variance import variance_section
 from bench.results.display import TASK_NAMES
@@ -28,13 +33,13 @@ SECTION_BUILDERS: tuple[Callable[[ReportContext], Section | None], ...] = (
     answer_section,
     verdicts_section,
     grid_section,
-    sections.training_size_section,
+    training_size_section,
     budget_section,
     devices_section,
-    sections.spread_section,
-    sections.cost_section,
+    spread_section,
+    cost_section,
     layer_section,
-    sections.curves_section,
+    curves_section,
     calibration_section,
     variance_section,
     selfcheck_section,
