@@ -6,11 +6,13 @@ from collections import Counter
 
 import pytest
 
+from bench.data.conll import read_conll
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.sequence_datamodule import GlueDataModule, subset, tokenize
-from bench.data.tasks import get_task
+from bench.data.tasks import TOKEN_TASKS, get_task
 from bench.errors import ConfigError, DataError
 from bench.model.encoders import load_tokenizer
+from bench.run.train import run
 from conftest import ENCODERS
 
 # Row and label counts from ../shared/data/README.md (independent of this code).
@@ -96,12 +98,69 @@ def _write(tmp_path, task, filename, content: bytes):
         ("sst2", b"text\tlabel\ngood\t1\n", r"train.tsv:1: header has no column 'sentence'"),
         ("cola", b"src\t1\t\tok sentence\nsrc\t0\tmissing columns\n", r"train.tsv:2: expected 4"),
         ("sst2", b"sentence\tlabel\n", r"train.tsv: no data rows"),
+        ("sst2", b"sentence\tlabel\ngood\t1\n\nbad\t0\n", r"train.tsv:3: blank line"),
     ],
 )
 def test_malformed_files_raise_errors_naming_file_and_line(tmp_path, task, content, needle):
     spec, path = _write(tmp_path, task, "train.tsv", content)
     with pytest.raises(DataError, match=needle):
         read_glue_tsv(path, spec)
+
+
+@pytest.mark.parametrize("task", ["sst2", "cola", "stsb"])
+def test_blank_lines_at_the_end_of_a_file_are_skipped(data_dir, tmp_path, task):
+    """As pandas and the csv module skip them (an editor's extra newline is no row)."""
+    spec = get_task(task)
+    source = glue_file(data_dir, spec, "dev.tsv")
+    _write(tmp_path, task, "dev.tsv", source.read_bytes() + b"\n \n\t\n\r\n")
+    assert read_glue_tsv(glue_file(tmp_path, spec, "dev.tsv"), spec) == read_glue_tsv(source, spec)
+
+
+def _conll(data_dir, tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes((data_dir / "conll2003" / "dev.txt").read_bytes())
+    return path, lambda: read_conll(path, TOKEN_TASKS["conll2003"])
+
+
+@pytest.mark.parametrize("reader", ["sst2", "conll2003"])
+def test_a_file_with_cr_only_line_ends_is_named_in_one_short_line(data_dir, tmp_path, reader):
+    """Old Mac line ends make the whole file one line: the message says so, quoting little."""
+    if reader == "sst2":
+        spec, path = _write(tmp_path, "sst2", "train.tsv", b"")
+        path.write_bytes(glue_file(data_dir, spec, "train.tsv").read_bytes().replace(b"\n", b"\r"))
+        read = lambda: read_glue_tsv(path, spec)  # noqa: E731
+    else:
+        path, read = _conll(data_dir, tmp_path, "dev.txt")
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r"))
+    assert path.stat().st_size > 100_000
+    with pytest.raises(DataError, match=rf"{path.name}:1: .*CR-only") as raised:
+        read()
+    assert len(str(raised.value)) < 400 and "\n" not in str(raised.value)
+
+
+def test_a_long_line_is_quoted_in_part(data_dir, tmp_path):
+    """A header or a CoNLL line of 10,000 characters is quoted by its first 80."""
+    spec, path = _write(tmp_path, "sst2", "train.tsv", b"x" * 10_000 + b"\tlabel\ngood\t1\n")
+    with pytest.raises(DataError, match=r"train.tsv:1: header has no column 'sentence'.*…$") as e:
+        read_glue_tsv(path, spec)
+    assert len(str(e.value)) < 400
+    conll, read = _conll(data_dir, tmp_path, "long.txt")
+    conll.write_bytes(b"EU " * 5000 + b"B-ORG\n")
+    with pytest.raises(DataError, match=r"long.txt:1: expected 4 .*…$") as e:
+        read()
+    assert len(str(e.value)) < 400
+
+
+def test_a_cell_reading_a_cr_only_file_records_a_short_reason(compose_cfg, data_dir, tmp_path):
+    spec, path = _write(tmp_path, "sst2", "train.tsv", b"")
+    source = glue_file(data_dir, spec, "train.tsv")
+    path.write_bytes(source.read_bytes().replace(b"\n", b"\r"))
+    (path.parent / "dev.tsv").write_bytes(glue_file(data_dir, spec, "dev.tsv").read_bytes())
+    cfg = compose_cfg("encoder=tiny_bert", "task=sst2", "seed=1", f"data.dir={tmp_path}")
+    result = run(cfg, tmp_path / "run")
+    assert result["status"] == "failed"
+    assert "train.tsv:1" in result["reason"] and "CR-only" in result["reason"]
+    assert len(result["reason"]) < 500
 
 
 def test_missing_data_dir_and_file_are_named(tmp_path):

@@ -4,7 +4,7 @@ A re-run keeps an earlier configuration's finished result; names never become pa
 outside ``runs_dir``; unwritable output directories stop a sweep before training and a
 sweep that could not write its results does not exit 0; skipped cells are left untouched;
 bad or missing seeds get one line; a full disk names its path and is retried; a dry run
-runs every preflight check.
+runs every preflight check; a cell stopped by a signal exits with 128 + the signal.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from test_interrupts import LONG_CELL
 from test_report import write_synthetic_sweep
 
 from bench.atomic import atomic_write, unwritable_reason
@@ -354,3 +357,38 @@ def test_a_dry_run_runs_every_preflight_check_and_exits_2_when_one_fails(tmp_pat
 def test_plan_checks_cells_only_with_a_check_given():
     cells = plan(CONF, [*SMALL, "seed=1", "freeze=top_k", "freeze.k=99"], multirun=False)
     assert cells[0].problem is None  # the callback's plan: identity and directories only
+
+
+# --- 14. a stop signal exits with 128 + the signal ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signum", "form"),
+    [(signal.SIGINT, "single"), (signal.SIGINT, "sweep"), (signal.SIGTERM, "single")],
+    ids=["SIGINT-single", "SIGINT-sweep", "SIGTERM-single"],
+)
+def test_a_cell_stopped_mid_training_exits_128_plus_the_signal(data_dir, tmp_path, signum, form):
+    """Ctrl-C reaches the process group while Lightning trains: Lightning turns its
+    KeyboardInterrupt into ``sys.exit(1)``, which must not hide the signal."""
+    runs = tmp_path / "runs"
+    args = (*LONG_CELL, "seed=1", f"data.dir={data_dir}", f"runs_dir={runs}")
+    args += (f"results_dir={tmp_path}/results", "report_file=null")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", *(["-m"] if form == "sweep" else []), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    cell = runs / "sst2" / "tiny_bert" / "linear" / "full" / "seed=1"
+    deadline = time.monotonic() + 300
+    while not (cell / "logs" / "metrics.csv").exists():  # Lightning is in the fit loop
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "the cell never started training"
+        time.sleep(0.2)
+    time.sleep(2)  # a few steps in
+    os.killpg(proc.pid, signum)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, output[-3000:]
+    assert not (cell / "result.json").exists() and "failed:" not in output

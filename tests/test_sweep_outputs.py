@@ -13,8 +13,8 @@ from bs4 import BeautifulSoup
 from omegaconf import OmegaConf
 from test_report import write_synthetic_sweep
 
-from bench.report.readme import MARKER, experiment_readme, is_generated, markdown
-from bench.results.display import answer_frame, verdict_frame
+from bench.report.readme import MARKER, answer_table, experiment_readme, is_generated
+from bench.results.display import markdown_table, verdict_frame
 from bench.results.frames import read_frames
 from bench.run.callbacks import CollectResults
 
@@ -41,8 +41,8 @@ def test_the_sweep_end_writes_the_report_and_the_generated_readme(tmp_path, caps
     assert text == experiment_readme(out)
     assert text.splitlines()[2].startswith(MARKER)
     scores, comparisons = read_frames(out)  # written by the same sweep end
-    assert markdown(answer_frame(scores, markdown=True)) in text
-    assert markdown(verdict_frame(comparisons, scores)) in text
+    assert answer_table(scores) in text
+    assert markdown_table(verdict_frame(comparisons, scores)) in text
     assert BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser").find("section")
 
 

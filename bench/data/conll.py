@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.tasks import TokenTaskSpec
-from bench.data.text_lines import read_lines
+from bench.data.text_lines import excerpt, read_lines
 from bench.errors import DataError, MissingDataError
 
 N_COLUMNS = 4  # token, POS tag, chunk tag, NER tag
@@ -118,12 +118,12 @@ def read_conll(path: str | Path, spec: TokenTaskSpec) -> dict[str, list[Any]]:
         if len(cells) != N_COLUMNS or not all(cells):
             raise DataError(
                 f"{path}:{number}: expected {N_COLUMNS} space-separated columns "
-                f"(token POS chunk NER), found {line!r}"
+                f"(token POS chunk NER), found {excerpt(line)}"
             )
         tag = cells[-1]
         if tag not in label_ids:
             raise DataError(
-                f"{path}:{number}: unknown tag {tag!r}; valid tags: {list(spec.label_names)}"
+                f"{path}:{number}: unknown tag {excerpt(tag)}; valid tags: {list(spec.label_names)}"
             )
         problem = iob2_error(previous, tag)
         if problem:

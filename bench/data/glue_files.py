@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.data.tasks import TaskSpec
-from bench.data.text_lines import read_lines
+from bench.data.text_lines import excerpt, read_lines
 from bench.errors import DataError, MissingDataError
 
 _COLA_COLUMNS = 4  # source code, label, original mark, sentence
@@ -47,7 +47,11 @@ def glue_file(data_dir: str | Path, spec: TaskSpec, filename: str) -> Path:
 
 
 def _decode_lines(path: Path) -> list[str]:
-    return [text for _, text in read_lines(path)]
+    """The file's lines, without the blank lines at its end (pandas and ``csv`` skip them)."""
+    lines = [text for _, text in read_lines(path)]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
 
 
 def _column_index(path: Path, header: list[str], column: str | int) -> int:
@@ -57,7 +61,7 @@ def _column_index(path: Path, header: list[str], column: str | int) -> int:
         return header.index(column)
     except ValueError:
         raise DataError(
-            f"{path}:1: header has no column {column!r}; found columns: {header}"
+            f"{path}:1: header has no column {column!r}; found columns: {excerpt(header)}"
         ) from None
 
 
@@ -92,6 +96,10 @@ def read_glue_tsv(path: str | Path, spec: TaskSpec) -> dict[str, list[Any]]:
     label_ids = {name: i for i, name in enumerate(spec.label_names)}
     for offset, line in enumerate(body):
         number = first_line + offset
+        if not line.strip():
+            raise DataError(
+                f"{path}:{number}: blank line between rows (only trailing ones are skipped)"
+            )
         cells = line.split("\t")
         if len(cells) != n_columns:
             raise DataError(
@@ -117,12 +125,12 @@ def _parse_label(
         try:
             score = float(raw)
         except ValueError:
-            raise DataError(f"{path}:{number}: score {raw!r} is not a number") from None
+            raise DataError(f"{path}:{number}: score {excerpt(raw)} is not a number") from None
         if not math.isfinite(score):  # float() accepts "nan" and "inf": never a label
-            raise DataError(f"{path}:{number}: score {raw!r} is not a finite number")
+            raise DataError(f"{path}:{number}: score {excerpt(raw)} is not a finite number")
         return score
     name = spec.tsv_label_map.get(raw, raw)
     if name not in label_ids:
         valid = sorted(set(spec.tsv_label_map) | set(spec.label_names))
-        raise DataError(f"{path}:{number}: unknown label {raw!r}; valid labels: {valid}")
+        raise DataError(f"{path}:{number}: unknown label {excerpt(raw)}; valid labels: {valid}")
     return label_ids[name]

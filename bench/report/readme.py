@@ -44,9 +44,9 @@ LEGEND = (
 )
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    """A frame as a Markdown table (texts as they are: no number parsing)."""
-    return frame.to_markdown(index=False, disable_numparse=True)
+def answer_table(scores: pd.DataFrame) -> str:
+    """The answer (heads × settings) as a Markdown table, the best mean of a setting bold."""
+    return display.markdown_table(display.answer_frame(scores), display.answer_marks(scores)[0])
 
 
 def results_folder(source: str | Path) -> Path:
@@ -57,23 +57,26 @@ def results_folder(source: str | Path) -> Path:
 
 def readme_text(inputs: ReportInputs, scores: pd.DataFrame, comparisons: pd.DataFrame) -> str:
     """The README of one results directory, as Markdown."""
-    name = results_folder(inputs.source).name
+    name = display.markdown_text(results_folder(inputs.source).name)
     cells = inputs.table.drop_duplicates(subset=[c for c in ("run_dir",) if c in inputs.table])
     ran = ", ".join(f"{n} {s}" for s, n in cells["status"].value_counts().items())
     parts = [
         f"# {name}",
         GENERATED.format(name=name),
-        display.takeaway(scores, comparisons),
-        markdown(display.answer_frame(scores, markdown=True)),
+        display.markdown_text(display.takeaway(scores, comparisons)),
+        answer_table(scores),
         LEGEND,
-        "## Verdicts\n\nEvery pair of heads within a setting, once: 'A is <verdict> than B'; "
+        "## Verdicts\n\nEvery pair of heads within a setting, once: 'A is *verdict* than B'; "
         "the interval is the one the verdict uses, Holm's p is within the family.",
-        markdown(display.verdict_frame(comparisons, scores)),
+        display.markdown_table(display.verdict_frame(comparisons, scores)),
         "## What ran\n\n"
         f"- {len(cells)} cells ({ran}); data: `results.csv`, `predictions.parquet`; "
         "statistics: `scores.csv`, `comparisons.csv` (also Parquet).",
         *(
-            f"- Equivalence margin {m.task} {m.metric}: ±{m.margin:g} points ({m.reason})"
+            "- "
+            + display.markdown_text(
+                f"Equivalence margin {m.task} {m.metric}: ±{m.margin:g} points ({m.reason})"
+            )
             for m in margins_of(str(inputs.launch.get("command") or ""))
         ),
     ]
@@ -116,8 +119,8 @@ def findings(results: Path = ROOT / "results", names: Sequence[str] = EXPERIMENT
     for name in names:
         _, scores, comparisons = load(results / name)
         links = f"([README](results/{name}/README.md), [report](reports/{name}.html))"
-        table = markdown(display.answer_frame(scores, markdown=True))
-        parts.append(f"**`{name}`** {links}. {display.takeaway(scores, comparisons)}\n\n{table}")
+        line = display.markdown_text(display.takeaway(scores, comparisons))
+        parts.append(f"**`{name}`** {links}. {line}\n\n{answer_table(scores)}")
     return "\n\n".join(parts)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections import Counter
 from itertools import compress
 
@@ -18,6 +20,27 @@ METRIC_NAMES = dict(accuracy="acc", f1="F1", mcc="MCC", pearson="Pearson", spear
 TASK_NAMES = {**{name: spec.glue_dir for name, spec in TASKS.items()}, "conll2003": "CoNLL-2003"}
 #: Marks: a head 'better' than every other head; no head above the constant; a clipped interval.
 BEATS_ALL, NO_HEAD_LEARNED, CLIPPED = "▲", "†", "‡"
+#: What Markdown may read as markup: its inline marks, a table's ``|``, ``_`` not inside a word.
+MARKUP = re.compile(r"[\\`*\[\]|~]|(?<![^\W_])_|_(?![^\W_])")
+
+
+def markdown_text(text: object) -> str:
+    """``text`` as Markdown shows it, as text: in a paragraph, a table cell or an HTML comment.
+
+    ``<>&`` become HTML entities, Markdown's marks get a backslash (an ``_`` between letters
+    or digits emphasises nothing and is left as it is) and a line break becomes a space.
+    """
+    text = html.escape(" ".join(str(text).splitlines()), quote=False)
+    return MARKUP.sub(r"\\\g<0>", text)
+
+
+def markdown_table(frame: pd.DataFrame, bold: pd.DataFrame | None = None) -> str:
+    """A frame as a Markdown table, every header and cell escaped; ``bold``'s cells in ``**``."""
+    cells = frame.map(markdown_text)
+    if bold is not None:
+        cells = cells.mask(bold & (cells != ""), "**" + cells + "**")
+    cells.columns = [markdown_text(c) for c in frame.columns]
+    return cells.to_markdown(index=False, disable_numparse=True)
 
 
 def points(value: float, signed: bool = False) -> str:
@@ -66,8 +89,8 @@ def score_text(row: pd.Series) -> str:
     return f"{points(row['mean'])}±{100 * half:.1f}" + (CLIPPED if row["clipped"] else "")
 
 
-def answer_frame(scores: pd.DataFrame, markdown: bool = False) -> pd.DataFrame:
-    """One row per setting, one column per head, the constant last (Markdown: best mean bold)."""
+def answer_frame(scores: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting, one column per head, the constant last (:func:`answer_marks`: bold)."""
     names, heads = setting_names(scores), heads_in_order(scores)
     rows = []
     for key in settings_in_order(scores):
@@ -76,8 +99,7 @@ def answer_frame(scores: pd.DataFrame, markdown: bool = False) -> pd.DataFrame:
         learned = "" if part["beats_constant"].any() else f" {NO_HEAD_LEARNED}"
         row = {"Setting": names[key] + learned, "Metric": METRIC_NAMES.get(metric, metric)}
         for _, r in part.iterrows():
-            text = score_text(r) + (f" {BEATS_ALL}" if r["beats_all"] else "")
-            row[r["head_label"]] = f"**{text}**" if markdown and r["best"] else text
+            row[r["head_label"]] = score_text(r) + (f" {BEATS_ALL}" if r["beats_all"] else "")
         rows.append({**row, "Best constant": points(float(part["best_constant"].iloc[0]))})
     columns = ["Setting", "Metric", *heads, "Best constant"]
     return pd.DataFrame(rows, columns=columns).fillna({h: "" for h in heads})

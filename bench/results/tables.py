@@ -53,13 +53,12 @@ CAPTIONS = {
 
 
 class Part(NamedTuple):
-    """One table: its cells, where they are bold, and its Markdown cells where they differ."""
+    """One table: its cells and where they are bold."""
 
     title: str
     caption: str
     frame: pd.DataFrame
     bold: pd.DataFrame | None = None
-    markdown: pd.DataFrame | None = None
 
 
 Document = tuple[str, str, list[Part]]  #: A style's title, a line above its tables, the tables.
@@ -69,7 +68,7 @@ Frame: TypeAlias = pd.DataFrame
 def heads_document(table: Frame, scores: Frame, comparisons: Frame, refs: Frame) -> Document:
     """The answer table and every comparison's verdict, as the report and README show them."""
     frame, (best, _) = display.answer_frame(scores), display.answer_marks(scores)
-    answer = Part("Which head?", CAPTIONS["heads"], frame, best, display.answer_frame(scores, True))
+    answer = Part("Which head?", CAPTIONS["heads"], frame, best)
     verdicts = Part("Verdicts", CAPTIONS["verdicts"], display.verdict_frame(comparisons, scores))
     parts = [answer, verdicts][: 1 + bool(len(comparisons))]
     return "Heads × settings", display.takeaway(scores, comparisons), parts
@@ -149,14 +148,12 @@ def _styler(part: Part, escape: str, uuid: str) -> Styler:
 
 
 def to_markdown(doc: Document) -> str:
-    """The document as Markdown (bold as ``**``)."""
-    out = [f"# {doc[0]}", doc[1]]
+    """The document as Markdown (bold as ``**``), every text escaped."""
+    escape = display.markdown_text
+    out = [f"# {escape(doc[0])}", escape(doc[1])]
     for part in doc[2]:
-        cells = part.markdown if part.markdown is not None else part.frame
-        if part.markdown is None and part.bold is not None:
-            cells = part.frame.mask(part.bold & (part.frame != ""), "**" + part.frame + "**")
-        out += [f"## {part.title}" if part.title else "", part.caption]
-        out.append(cells.to_markdown(index=False, disable_numparse=True))
+        out += [f"## {escape(part.title)}" if part.title else "", escape(part.caption)]
+        out.append(display.markdown_table(part.frame, part.bold))
     return "\n\n".join(text for text in out if text) + "\n"
 
 

@@ -17,7 +17,8 @@ the cell in progress (joblib itself ends a launch's workers on Ctrl-C), and a ce
 after it in the same interpreter (a notebook, a REPL) is the user's new request.
 A SIGTERM whose previous handler was the default (the process would have died) raises
 :class:`Interrupted` at once, also inside ``Trainer.fit`` (Lightning calls the handler it
-found installed after its own); SIGINT keeps its ``KeyboardInterrupt``.
+found installed after its own); SIGINT keeps its ``KeyboardInterrupt`` (Lightning's ``fit``
+catches that and exits 1: :func:`as_interruption` makes that exit the interruption again, 130).
 
 The same SIGTERM kills the DataLoader workers, and torch's SIGCHLD handler raises "DataLoader
 worker ... is killed by signal" when their deaths are reported. Pending together, SIGTERM's
@@ -143,11 +144,12 @@ def as_interruption(err: BaseException) -> BaseException:
         err: What stopped the cell.
 
     Returns:
-        ``err`` itself when no stop signal was received or it is no ordinary error (already
-        an interruption, ``KeyboardInterrupt``, ``SystemExit``); else an :class:`Interrupted`
-        (raise it ``from err``: the traceback keeps what the stop broke).
+        ``err`` itself when no stop signal was received, or for an interruption or a
+        ``KeyboardInterrupt``; else an :class:`Interrupted` (raise it ``from err``: the
+        traceback keeps what the stop broke). A ``SystemExit`` is one too: Lightning ends
+        its ``KeyboardInterrupt`` with ``sys.exit(1)``, which would hide the signal.
     """
-    if _received is None or not isinstance(err, Exception):
+    if _received is None or isinstance(err, Interrupted | KeyboardInterrupt):
         return err
     return Interrupted(_received)
 
