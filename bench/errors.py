@@ -28,14 +28,14 @@ class EncoderError(HeadbenchError, ValueError):
 
 
 class DivergedError(HeadbenchError, RuntimeError):
-    """The training loss became NaN or infinite.
+    """The training loss (or a parameter update) became NaN or infinite.
 
     Attributes:
         step: The global step at which the non-finite loss was seen.
     """
 
-    def __init__(self, step: int, loss: float) -> None:
-        super().__init__(f"non-finite training loss {loss} at global step {step}")
+    def __init__(self, step: int, loss: float, what: str = "training loss") -> None:
+        super().__init__(f"non-finite {what} {loss} at global step {step}")
         self.step = step
         self.loss = loss
 

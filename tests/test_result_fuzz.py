@@ -1,5 +1,8 @@
 """Fuzz the result.json reader: any file is accepted and collected, or skipped and named.
 
+And the results table reader: a mutated ``results.csv`` is read (each cell once) or refused in
+one line that names the file (and the row), or the cells held twice.
+
 Inputs are hypothesis-generated result files built from real ones (the report tests' synthetic
 sweep, laid out as train.run writes them): a field replaced by arbitrary JSON, deleted or
 added, the text cut or given junk bytes (not UTF-8, NUL, BOM), or bytes from scratch. An
@@ -21,10 +24,19 @@ from hypothesis import strategies as st
 from test_report import write_synthetic_sweep
 
 from bench.axes.optional import AXIS_COLUMNS
-from bench.errors import CollectError
-from bench.results.collect import collect, read_results, record_files, table_files, tidy
+from bench.errors import CollectError, DataError
+from bench.results.collect import (
+    collect,
+    read_results,
+    read_table,
+    record_files,
+    table_files,
+    tidy,
+)
 from bench.results.rescore import verified
 from bench.results.result_file import parse_result
+from bench.results.stats import RUN_KEYS, normalize_table
+from conftest import ROOT
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -189,3 +201,46 @@ def test_every_real_result_is_accepted():
             "order_seed": config.get("order_seed"),
         }
         assert parsed == result
+
+
+#: A real results table: its header and 8 rows (``results/quick``).
+TABLE_LINES = (ROOT / "results" / "quick" / "results.csv").read_bytes().splitlines(keepends=True)
+FIELDS = st.sampled_from(["", "nan", "inf", "-1", "1.5", "1e400", "2" * 20, "seed", "ok", '"'])
+
+
+@st.composite
+def table_bytes(draw: st.DrawFn) -> bytes:
+    """The table with lines dropped, repeated (the header too: ``cat``), fields replaced, junk."""
+    lines = list(TABLE_LINES)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(lines) - 1))
+        change = draw(st.sampled_from(["drop", "repeat", "field", "junk"]))
+        if change == "drop" and len(lines) > 1:
+            del lines[at]
+        elif change == "repeat":
+            lines.insert(at, lines[draw(st.integers(0, len(lines) - 1))])
+        elif change == "field":
+            fields = lines[at].decode("utf-8", "replace").split(",")
+            fields[draw(st.integers(0, len(fields) - 1))] = draw(FIELDS | st.text(max_size=4))
+            lines[at] = ",".join(fields).encode("utf-8", "surrogatepass")
+        else:
+            cut = draw(st.integers(0, len(lines[at])))
+            lines[at] = lines[at][:cut] + draw(RAW) + lines[at][cut:]
+    return b"".join(lines)
+
+
+@FUZZ
+@given(data=table_bytes())
+def test_a_results_csv_is_read_or_refused_naming_its_file(data):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "results.csv"
+        path.write_bytes(data)
+        try:
+            table = normalize_table(read_table(path))
+        except DataError as err:
+            said = str(err)
+            assert "\n" not in said and (f"{path}: " in said or "more than once" in said), said
+        except ValueError as err:  # not a results table at all: the columns it lacks
+            assert "required columns" in str(err) or "unknown task" in str(err), str(err)
+        else:
+            assert not table.duplicated([*RUN_KEYS, "split", "metric"]).any()

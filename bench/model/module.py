@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from bench.data.tasks import get_task
-from bench.errors import EncoderError
+from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
 from bench.model.cached_forward import FeaturePlan
 from bench.model.compiled import compile_encoder
@@ -240,7 +240,14 @@ class HeadbenchModule(L.LightningModule):
         that cannot reuse the freed gradient memory. Freeing them here changes no number:
         the next backward starts from no gradients either way.
         """
-        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        try:
+            super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        except RuntimeError as err:  # torch: an update beyond the parameters' float range
+            if "without overflow" not in str(err):
+                raise
+            raise DivergedError(
+                self.global_step, math.inf, "update (beyond float32's range)"
+            ) from err
         optimizer.zero_grad(set_to_none=True)
 
     def configure_gradient_clipping(
@@ -473,7 +480,8 @@ class HeadbenchModule(L.LightningModule):
         """
         optim = self.hparams["optim"]
         groups = self.adaptation.param_groups(self.head, optim)
-        betas, eps = tuple(optim.get("betas", (0.9, 0.999))), optim.get("adam_eps", 1e-8)
+        beta1, beta2 = optim.get("betas", (0.9, 0.999))  # torch takes floats only (not 0)
+        betas, eps = (float(beta1), float(beta2)), optim.get("adam_eps", 1e-8)
         # optim.fused: one fused kernel per step (~4x faster than foreach on CPU; the HF
         # Trainer's default). Off by default because it rounds differently, and committed
         # results were made without it. Under 16-mixed the fused step unscales the gradients

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import io
 import json
-import logging
 import os
 import shlex
 import sys
@@ -33,9 +32,9 @@ from bench.results.frames import frame_files, from_results
 from bench.results.publish import publish
 from bench.results.rescore import verified
 from bench.results.result_file import load_result
+from bench.results.stats import MERGE, run_key, setting_name
 from bench.results.trials import TRIALS_FILE, trials_bytes, trials_table
 
-log = logging.getLogger(__name__)
 COLLECT_LOCK = ".collect.lock"
 #: Which cells a results directory's tables hold, and from which run directories.
 CELLS_FILE = "cells.json"
@@ -49,20 +48,29 @@ TABLE_COLUMNS = [*CELL_COLUMNS, *_RUN_COLUMNS.split(), *AXIS_COLUMNS]
 _TAIL = ["split", "metric", "value", "baseline", "best_constant"]  # a row's own columns
 _NUMBERS = {"seed", *AXIS_COLUMNS, "value", "baseline", "best_epoch", "trainable_params"}
 _NUMBERS |= {"train_time_s", "best_constant", "trial", "selection_score"}
+_INTEGERS = {"seed", *AXIS_COLUMNS}  # the columns a table is keyed on, as integers
 
 
 def find_result_files(roots: Iterable[str | Path]) -> list[Path]:
-    """The ``result.json`` files under ``roots`` (or the files given), none in ``superseded/``."""
-    found: list[Path] = []
+    """The ``result.json`` files under ``roots`` (or the files given), none in ``superseded/``.
+
+    A file under two roots (``runs/grid runs/grid/sst2``) is listed once, as first found.
+    """
+    found: dict[str, Path] = {}
     for root in map(Path, roots):
         below = (p for p in root.rglob("*") if p.name == RESULT_FILE)  # "*" keeps broken links
         kept = (p for p in below if SUPERSEDED_DIR not in p.relative_to(root).parts)
-        found += [root] if root.is_file() else sorted(p for p in kept if not p.is_dir())
-    return found
+        for path in [root] if root.is_file() else sorted(p for p in kept if not p.is_dir()):
+            found.setdefault(os.path.realpath(path), path)
+    return list(found.values())
 
 
 def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The checked results under ``roots`` (the latest per cell), and the problems met."""
+    """The checked results under ``roots`` (the latest per cell), and the problems met.
+
+    A cell is its run directory's identity (:func:`bench.results.stats.run_key`): two results
+    of one label, seed and axes are one cell to every table, so only the later is kept.
+    """
     results, problems = [], []
     for path in find_result_files(roots):
         try:
@@ -79,11 +87,11 @@ def read_results(roots: Iterable[str | Path]) -> tuple[list[dict[str, Any]], lis
         else:
             problems += warnings
             results.append(data)
-    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}  # one per run directory's identity
     for res in sorted(results, key=lambda r: str(r["finished_at"])):
-        if (key := cell_key(res)) in latest:
+        if (key := run_key(res["cell"])) in latest:
             problems.append(
-                f"{latest[key]['run_dir']}: duplicate of cell {'/'.join(map(str, key))}; "
+                f"{latest[key]['run_dir']}: duplicate of cell {setting_name(res['cell'], True)}; "
                 f"kept the later result in {res['run_dir']}"
             )
         latest[key] = res
@@ -167,6 +175,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
     Raises:
         FileNotFoundError: If there is no table at ``path``.
+        DataError: If the file cannot be read as a table, or a number column of a CSV holds
+            text (a repeated header row: two tables joined), naming the file and row.
     """
     path = Path(path)
     if path.is_dir():
@@ -174,10 +184,27 @@ def read_table(path: str | Path) -> pd.DataFrame:
         path = parquet if parquet.exists() else csv
     if not path.is_file():
         raise FileNotFoundError(f"no results table at {path}")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
     text = dict.fromkeys([c for c in TABLE_COLUMNS if c not in _NUMBERS], "str")
-    return pd.read_csv(path, dtype={**text, "seed": "Int64"})
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        table = pd.read_csv(path, dtype=text)
+    except ValueError as err:  # not UTF-8, a row of too many fields, not Parquet: named by pandas
+        raise DataError(f"{path}: not a results table ({' '.join(str(err).split())})") from None
+    if not isinstance(table.index, pd.RangeIndex):  # pandas made the extra field an index
+        raise DataError(f"{path}: row 2 holds more fields than the header ({len(table.columns)})")
+    for column in [c for c in _NUMBERS if c in table]:
+        number, integer = pd.to_numeric(table[column], errors="coerce"), column in _INTEGERS
+        whole = (number % 1 == 0) & (number.abs() < 2**63)  # int64, as the tables store them
+        wrong = table[column].notna() & (number.isna() | integer & ~whole)
+        if wrong.any():  # a row the reader took as text: name it (its number counts the header)
+            row, value = wrong.idxmax() + 2, table.at[wrong.idxmax(), column]
+            if value in {*TABLE_COLUMNS, *table.columns}:
+                raise DataError(f"{path}: row {row} repeats the header (tables joined?); {MERGE}")
+            kind = "a 64-bit integer" if integer else "a number"
+            raise DataError(f"{path}: row {row}: {column}={value!r} is not {kind}")
+        table[column] = number
+    return table.astype({"seed": "Int64"}) if "seed" in table else table
 
 
 def record_files(results: list[dict[str, Any]], roots: Iterable[str | Path]) -> dict[str, bytes]:
@@ -370,8 +397,7 @@ def collect(
             raise CollectError("; ".join([*(bad or ["no roots"]), unchanged]))
         results, problems = read_results(roots)
         results, predictions, refused = verified(results)
-        for problem in problems + refused:
-            log.warning(problem)
+        for problem in problems + refused:  # once: on stdout, beside the summary
             print(f"warning: {problem}")
         if not results:
             raise CollectError(

@@ -23,6 +23,8 @@ _ROW = ["example", "token", "label", "pred", "probs"]
 #: The columns of ``predictions.parquet``.
 PREDICTION_COLUMNS = [*_KEYS, "split", *_ROW]
 PREDICTIONS_FILE = "predictions.parquet"
+#: Results of this schema and later always wrote their predictions, so they must re-score.
+PREDICTIONS_SCHEMA = 2
 _SUM_TOLERANCE = 1e-6  # float64 softmax sums to 1 within 1e-15
 _HEADER = ["idx", "label", "pred"]
 
@@ -95,11 +97,37 @@ def stored_file(path: Path) -> Path | None:
     return packed if packed.is_file() else None
 
 
+def missing_predictions(result: dict[str, Any], run_dir: Path) -> dict[str, str]:
+    """Split → file name, of each split ``result`` scored whose predictions ``run_dir`` lacks."""
+    token = isinstance(ALL_TASKS.get(str(result["cell"].get("task"))), TokenTaskSpec)
+    scored = (result.get("best") or {}).get("metrics") or {}
+    names = {s: f"predictions_{s}{'.txt' if token else '.csv'}" for s in scored}
+    return {split: name for split, name in names.items() if stored_file(run_dir / name) is None}
+
+
+def _once_each(path: Path, split: str, rows: pd.DataFrame, result: dict[str, Any]) -> None:
+    """Refuse ``rows`` unless each example is predicted once, as many as the result recorded.
+
+    Raises:
+        DataError: Naming the file, the split, its rows and examples and the recorded size.
+    """
+    size = ((result.get("data") or {}).get("n_dev") or {}).get(split)  # None: not recorded
+    examples = rows["example"].nunique()
+    if not rows.duplicated(["example", "token"]).any() and size in (None, examples):
+        return
+    where = f"data.n_dev.{split}={size} in result.json" if size is not None else "no size recorded"
+    raise DataError(
+        f"{path}: {len(rows)} rows for {examples} distinct examples of split '{split}' "
+        f"({where}): each example must be predicted once"
+    )
+
+
 def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
     """One collected cell's predictions (every split, then ``select``), :data:`PREDICTION_COLUMNS`.
 
     Raises:
-        DataError: For an unknown task, a scored split without predictions, an unreadable file.
+        DataError: For an unknown task, a scored split without predictions, an unreadable file,
+            or a file that does not predict each example of its split once (:func:`_once_each`).
     """
     cell, run_dir = result["cell"], Path(result["run_dir"])
     spec = ALL_TASKS.get(str(cell.get("task")))
@@ -109,15 +137,19 @@ def cell_predictions(result: dict[str, Any]) -> pd.DataFrame:
     suffix = ".txt" if token else ".csv"
     found = {s: stored_file(run_dir / f"predictions_{s}{suffix}") for s in spec.dev}
     files = {split: path for split, path in found.items() if path is not None}
-    missing = [s for s in (result.get("best") or {}).get("metrics") or {} if s not in files]
+    missing = missing_predictions(result, run_dir)
     if missing or not files:
         what = f"no predictions for {', '.join(missing)}" if missing else "no prediction files"
-        raise DataError(f"{result['run_dir']}: {what} (looked for predictions_<split>{suffix})")
+        looked = ", ".join(missing.values()) or f"predictions_<split>{suffix}"
+        raise DataError(f"{result['run_dir']}: {what} (looked for {looked})")
     selecting = None if token else stored_file(run_dir / f"predictions_{SELECTION_SPLIT}.csv")
     if selecting is not None:
         files[SELECTION_SPLIT] = selecting
     read: Callable[[Path, Any], list[Row]] = _conll_rows if token else _glue_rows
-    frames = [pd.DataFrame(read(p, spec), columns=_ROW).assign(split=s) for s, p in files.items()]
+    frames = []
+    for split, path in files.items():
+        frames.append(pd.DataFrame(read(path, spec), columns=_ROW).assign(split=split))
+        _once_each(path, split, frames[-1], result)
     out = pd.concat(frames, ignore_index=True)
     keys = {**{c: cell.get(c) for c in _KEYS}, "config_hash": result.get("config_hash")}
     return out.assign(**keys)[PREDICTION_COLUMNS]

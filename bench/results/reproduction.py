@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 
 from bench.data.tasks import ALL_TASKS
-from bench.results.stats import GROUP_KEYS, RUN_KEYS, fill_axes, run_values, t_interval
+from bench.results.stats import (
+    GROUP_KEYS,
+    RUN_KEYS,
+    fill_axes,
+    run_values,
+    setting_name,
+    t_interval,
+)
 
 IDENTICAL_ATOL = 1e-6  #: Below one example of any split, above float32 rounding (6e-8 near 1).
 SCORE_ATOL = 1e-4  #: A regression score "changes" beyond this (float32 rounding moves it 1e-6).
@@ -19,12 +26,6 @@ CELL_COLUMNS += ["identical", "changed", "n_predictions", "score_diff"]
 SETTING_COLUMNS = [*GROUP_KEYS, "metric", "split", "n", "seeds", "committed_mean", "t_low"]
 SETTING_COLUMNS += ["t_high", "slice_committed_mean", "slice_today_mean", "today_mean", "shift"]
 SETTING_COLUMNS += ["in_t", "failed_seeds", "reproduces"]
-
-
-def setting_name(row: pd.Series | dict[str, Any], seed: bool = False) -> str:
-    """A setting's path, ``task/encoder/head_label/freeze_label`` (``/seed=N``: a cell's)."""
-    name = "/".join(str(row[k]) for k in ("task", "encoder", "head_label", "freeze_label"))
-    return f"{name}/seed={int(row['seed'])}" if seed else name
 
 
 def prediction_changes(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,18 +12,27 @@ import pandas as pd
 from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from bench.cell import SUPERSEDED_DIR
 from bench.data.ner_metrics import entity_scores
 from bench.data.selection import SELECTION_SPLIT
 from bench.data.tasks import ALL_TASKS, TaskSpec, TokenTaskSpec
 from bench.errors import DataError
-from bench.results.predictions import cell_predictions, label_texts
+from bench.results.predictions import (
+    PREDICTIONS_SCHEMA,
+    cell_predictions,
+    label_texts,
+    missing_predictions,
+)
 
 #: Recorded vs re-scored: float32 agrees to ~1e-5; one SST-2 prediction of 872 moves 1.1e-3.
 TOLERANCE = 1e-4
 #: Metrics undefined for a constant input (SciPy: NaN); older results recorded 0 for them.
 CORRELATIONS = frozenset({"pearson", "spearman"})
-#: Results of this schema and later always wrote their predictions, so they must re-score.
-PREDICTIONS_SCHEMA = 2
+#: How to get back a cell whose predictions are gone (bench.run.resume trains it again).
+_RETRAIN = (
+    "restore the file, or launch its sweep again: that trains the cell again and keeps "
+    f"this result in {SUPERSEDED_DIR}/"
+)
 
 
 def rescore(spec: TaskSpec | TokenTaskSpec, rows: pd.DataFrame) -> dict[str, Any]:
@@ -85,7 +95,8 @@ def verified(
     """Kept results, their predictions, and one message per refused or unchecked cell.
 
     An ``ok`` result is refused when a metric does not re-score or (from schema
-    :data:`PREDICTIONS_SCHEMA` on) its predictions are missing or unreadable.
+    :data:`PREDICTIONS_SCHEMA` on) its predictions are missing, unreadable, or do not
+    predict each example of their split once.
     """
     kept, frames, problems = [], [], []
     for result in results:
@@ -99,6 +110,8 @@ def verified(
             if int(result.get("schema", 1)) < PREDICTIONS_SCHEMA:
                 problems.append(f"{where}: not re-scored (a schema-1 result): {err}")
                 kept.append(result)
+            elif missing_predictions(result, Path(where)):
+                problems.append(f"{where}: refused: {err}: it cannot be re-scored; {_RETRAIN}")
             else:
                 problems.append(f"{where}: refused: {err}")
             continue

@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from bench.data.tasks import ALL_TASKS
+from bench.errors import DataError
 
 WHOLE_SPLIT = 0  #: ``train_size`` of a cell trained on the whole training split.
 ORDER_FROM_SEED = -1  #: ``order_seed`` of a cell whose batch order was drawn from its seed.
@@ -30,6 +31,11 @@ _UNSET = {"train_size": WHOLE_SPLIT, "order_seed": ORDER_FROM_SEED}
 _LABELS = ["head", "head_label", "layers", "freeze", "freeze_label", "status", "reason"]
 _CURVE = ["trials", "failed_trials", "n", "expected_max", "expected_max_std", "p_all_failed"]
 _REQUIRED = ["task", "encoder", "seed", "status", "split", "metric", "value"]
+#: How to make one table of several: what a reader refusing a joined table says.
+MERGE = (
+    "collect their run directories into one table instead "
+    "(python -m bench.results.collect <run dirs>... -o <results dir>)"
+)
 
 
 def _pair_labels(frame: pd.DataFrame) -> pd.DataFrame:
@@ -44,6 +50,7 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
 
     Raises:
         ValueError: If a required column is missing, or ``main_metric`` cannot be inferred.
+        DataError: If the table holds a cell twice (:func:`_once`; a ``ValueError`` too).
     """
     out = _pair_labels(table)
     missing = [c for c in [*_REQUIRED, "head_label", "freeze_label"] if c not in out]
@@ -63,7 +70,38 @@ def normalize_table(table: pd.DataFrame) -> pd.DataFrame:
     floats = ["value", "baseline", "best_constant", "train_time_s"]
     out[floats] = out[floats].apply(pd.to_numeric, errors="coerce").astype("float64")
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").astype("Int64")
-    return fill_axes(out)
+    return _once(fill_axes(out))
+
+
+def setting_name(row: pd.Series | dict[str, Any], seed: bool = False) -> str:
+    """A setting's path, ``task/encoder/head_label/freeze_label`` (``/seed=N``: a cell's)."""
+    name = "/".join(str(row[k]) for k in ("task", "encoder", "head_label", "freeze_label"))
+    if not seed:
+        return name
+    number = row["seed"]  # a table's seed may be missing (<NA>)
+    return f"{name}/seed={int(number) if pd.notna(number) else number}"
+
+
+def _once(table: pd.DataFrame) -> pd.DataFrame:
+    """``table``, if it holds each cell (run) once: one status, one row per split and metric.
+
+    Raises:
+        DataError: Naming the cells held twice (and their run directories).
+    """
+    twice = table.duplicated([*RUN_KEYS, "split", "metric"], keep=False)
+    twice |= table.groupby(RUN_KEYS, dropna=False)["status"].transform("nunique") > 1
+    if not twice.any():
+        return table
+    runs = table[twice].groupby(RUN_KEYS, dropna=False, sort=False)
+    named = [
+        f"{setting_name(rows.iloc[0], seed=True)} ({', '.join(map(str, rows['run_dir'].unique()))})"
+        for _, rows in runs
+    ]
+    more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+    raise DataError(
+        f"results table holds cells more than once ({len(named)}): {'; '.join(named[:3])}{more}; "
+        f"{MERGE}, which keeps the latest result of each cell"
+    )
 
 
 def fill_axes(frame: pd.DataFrame, columns: Sequence[str] = tuple(_UNSET)) -> pd.DataFrame:
@@ -99,12 +137,12 @@ def run_values(table: pd.DataFrame, metric: str = "main", split: str = "dev") ->
     ok = table[table["status"] == "ok"]
     wanted = ok["main_metric"] if metric == "main" else metric
     rows = ok[(ok["split"] == split) & (ok["metric"] == wanted)]
-    bad = table[table["status"] != "ok"].drop_duplicates(subset=RUN_KEYS, keep="last")
+    bad = table[table["status"] != "ok"]
     if metric != "main":
         bad = bad[bad["task"].isin(rows["task"].unique())]
     bad = bad.assign(split=split, metric=bad["main_metric"] if metric == "main" else metric)
     bad = bad.assign(value=np.nan, baseline=np.nan, best_constant=np.nan)
-    runs = pd.concat([rows.drop_duplicates(subset=RUN_KEYS, keep="last"), bad])
+    runs = pd.concat([rows, bad])
     keep = ["head", "freeze", "layers", "status", "split", "metric", "value", "baseline"]
     runs = runs[[*RUN_KEYS, *keep, "best_constant", "reason"]]
     runs = runs.sort_values(RUN_KEYS, kind="stable").reset_index(drop=True)

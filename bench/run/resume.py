@@ -6,7 +6,8 @@ same configuration (same :func:`bench.cell.config_hash`); failed and diverged ce
 re-run only when asked (``+rerun_failed=true``), except failures whose cause was the
 machine rather than the cell (a full disk, memory: ``retryable`` in the result), which are
 retried unless ``+rerun_environmental=false``; everything else (no result, a result
-that cannot be read, a result for a different configuration) is trained again.
+that cannot be read, an ``ok`` result whose predictions are gone, so that collect cannot
+re-score it, a result for a different configuration) is trained again.
 
 Before a cell is trained again its earlier outputs are cleared, with one exception: the
 finished result of a *different* configuration (``stale``), or one this version cannot
@@ -32,6 +33,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from bench.cell import RESULT_FILE, SUPERSEDED_DIR
+from bench.results.predictions import PREDICTIONS_SCHEMA, missing_predictions
 
 #: Status of a cell as seen from its run directory.
 STATES = ("done", "failed", "diverged", "stale", "corrupt", "pending", "running")
@@ -56,8 +58,9 @@ class CellState:
     Attributes:
         state: One of :data:`STATES`: ``done`` (``ok`` for this config), ``failed``,
             ``diverged``, ``stale`` (a result for another config), ``corrupt``
-            (unreadable result file), ``pending`` (no result) or ``running`` (another
-            process is training it: see :func:`cell_lock`).
+            (unreadable result file, or an ``ok`` one whose predictions are gone),
+            ``pending`` (no result) or ``running`` (another process is training it: see
+            :func:`cell_lock`).
         reason: The stored failure reason, or why the file is stale or corrupt.
         retryable: For ``failed``: the cause was the machine (disk, memory), not the cell.
     """
@@ -114,10 +117,27 @@ def cell_state(run_dir: str | Path, config_hash: str) -> CellState:
     if stored_hash != config_hash:
         return CellState("stale", f"stored config {str(stored_hash)[:12]} != {config_hash[:12]}")
     if status == "ok":
-        return CellState("done")
+        return _without_predictions(Path(run_dir), result) or CellState("done")
     if status in FAILED_STATES:
         return CellState(status, result.get("reason"), bool(result.get("retryable", False)))
     return CellState("corrupt", f"unexpected status {status!r}")
+
+
+def _without_predictions(run_dir: Path, result: dict[str, Any]) -> CellState | None:
+    """``corrupt`` for an ``ok`` result whose scored splits' predictions are gone, else None.
+
+    From :data:`~bench.results.predictions.PREDICTIONS_SCHEMA` on a result always has them:
+    without them collect cannot re-score it and refuses it, so the cell is trained again.
+    """
+    try:
+        if int(result.get("schema", 1)) < PREDICTIONS_SCHEMA:
+            return None
+        gone = missing_predictions(result, run_dir)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # a hand-edited result
+        return CellState("corrupt", f"{type(err).__name__}: {err}")
+    if not gone:
+        return None
+    return CellState("corrupt", f"{', '.join(gone.values())} missing: it cannot be re-scored")
 
 
 def should_run(state: CellState, policy: ResumePolicy | None = None) -> bool:
