@@ -91,11 +91,19 @@ _CACHE_READERS = tuple(name for name, s in STRATEGIES.items() if s.reads_cache)
 SEED_RANGE = (0, 2**32 - 1)
 #: The keys whose values become path components of a run or results directory.
 PATH_KEYS = ("sweep_name", "task.name", "encoder.name", "head.label", "freeze.label")
+#: Folder names headbench makes in a sweep's tree, which a name may not take: the readers of
+#: a sweep's results skip everything below ``superseded/``; ``trials/`` holds search trials.
+RESERVED_NAMES = (SUPERSEDED_DIR, TRIALS_DIR)
+#: The longest file name (in UTF-8 bytes) that common filesystems take (ext4, XFS, APFS, NTFS).
+NAME_MAX_BYTES = 255
 _UNSAFE_NAME = re.compile(r"[/\\\x00]")
 
 
 def check_name(key: str, value: object) -> str:
-    """Check a value that becomes one path component: not empty, no separator, not ``..``.
+    """Check a value that becomes one path component of a sweep's run or results tree.
+
+    It must be one non-empty name (no separator, not ``.``/``..``, no surrounding spaces),
+    none of :data:`RESERVED_NAMES`, and at most :data:`NAME_MAX_BYTES` bytes in UTF-8.
 
     Args:
         key: The config key, for the message.
@@ -105,13 +113,25 @@ def check_name(key: str, value: object) -> str:
         The value as a string.
 
     Raises:
-        ConfigError: For an empty name, ``.``/``..`` or a path separator, naming the key.
+        ConfigError: Naming the key, the value and what is valid.
     """
     name = str(value)
     if name in ("", ".", "..") or _UNSAFE_NAME.search(name) or name != name.strip():
         raise ConfigError(
             f"{key}={name!r}: becomes a directory name, so it must be one non-empty name "
             "without '/', '\\', surrounding spaces or '..' (e.g. linear-d0.1)"
+        )
+    if name in RESERVED_NAMES:
+        raise ConfigError(
+            f"{key}={name!r}: becomes a directory name, and {', '.join(RESERVED_NAMES)} are "
+            f"reserved (the results readers skip {SUPERSEDED_DIR}/, search trials live in "
+            f"{TRIALS_DIR}/); choose another name"
+        )
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > NAME_MAX_BYTES:
+        raise ConfigError(
+            f"{key}={name[:40]!r}...: becomes a directory name, at most {NAME_MAX_BYTES} bytes "
+            f"in UTF-8 (the filesystem's limit), but it has {size}; choose a shorter name"
         )
     return name
 
@@ -120,9 +140,10 @@ def check_identity(cfg: DictConfig) -> None:
     """Check what a cell's run directory is made of, before any directory is made.
 
     Every required key is set (``seed`` has no default), the seeds are integers in
-    :data:`SEED_RANGE`, ``search.trials`` (hashed) is a count, and every name in
-    :data:`PATH_KEYS` is one safe path component, so no cell writes outside ``runs_dir`` or
-    ``results_dir``.
+    :data:`SEED_RANGE`, ``search.trials`` (hashed) is a count (at least 1 unless
+    ``search=none``), and every name in :data:`PATH_KEYS` is one path component the sweep's
+    readers read back (:func:`check_name`), so no cell writes outside ``runs_dir`` or
+    ``results_dir``, and none vanishes from its tables.
 
     Args:
         cfg: A composed config (with or without the ``hydra`` node).
@@ -145,6 +166,12 @@ def check_identity(cfg: DictConfig) -> None:
     trials = OmegaConf.select(cfg, "search.trials", default=0)  # hashed when above 0
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
         raise ConfigError(f"search.trials={trials!r}: must be an integer, at least 0 (no search)")
+    search = OmegaConf.select(cfg, "search.name", default="none")
+    if trials == 0 and search != "none":  # else it would silently search nothing
+        raise ConfigError(
+            f"search.trials=0 with search={search}: a search needs at least 1 trial; "
+            "for no search: search=none"
+        )
     path_axes(cfg)
     for key in PATH_KEYS:
         value = OmegaConf.select(cfg, key, default=None)

@@ -86,7 +86,7 @@ def _fine_tune(tmp_path, malloc: str) -> dict:
         "data.train_size=64",
         "data.max_length=32",
         "trainer.max_epochs=1",
-        "+trainer.limit_val_batches=2",
+        "selection.size=256",  # two validation batches of 128
         "trainer.log_every_n_steps=1",
         f"runtime.malloc={malloc}",
         f"hydra.run.dir={tmp_path / malloc}",

@@ -84,6 +84,20 @@ BAD_VALUES = {
         ("+studies=[{name:x,where:{colour:red}}]",),
         ("studies[0].where: unknown column colour", "valid choices: task, encoder, freeze"),
     ),
+    # the epoch was chosen on 16 of the 32 selection examples while result.json said 32
+    "part of the selection slice": (
+        ("+trainer.limit_val_batches=0.5",),
+        ("trainer.limit_val_batches=0.5", "selection.size"),
+    ),
+    "one batch of the selection slice": (
+        ("+trainer.limit_val_batches=1",),  # Lightning: an integer counts batches
+        ("trainer.limit_val_batches=1", "selection.size"),
+    ),
+    # silently no search at all
+    "a search of no trials": (
+        ("search=random", "search.trials=0"),
+        ("search.trials=0", "at least 1", "search=random", "search=none"),
+    ),
 }
 
 
@@ -299,3 +313,18 @@ def test_the_capped_slice_line_quoted_in_the_docs_is_what_rte_gives(data_dir):
     faults = (Path(__file__).parents[1] / "docs" / "faults.md").read_text(encoding="utf-8")
     assert f"`{line}`" in faults
     assert selection.capped_size(n, 2000, 500) == 490  # the protocol's "its other 490"
+
+
+def test_a_refused_sweep_whose_stderr_is_closed_still_trains_nothing(tmp_path):
+    """``2>&1 | head -1`` closes the pipe: printing the refusal fails, the refusal holds."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "bench", "-m", *CELL, *_where(tmp_path)]
+    command += ["sweep_name=s", "hydra.sweep.dir=" + str(tmp_path / "sweep")]
+    command.append("optim.encoder_lr=nan,1e-5")  # refused by the launch's check of each cell
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    process.stderr.close()
+    assert process.wait(timeout=300) == 2
+    assert not list(tmp_path.rglob("result.json"))

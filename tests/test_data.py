@@ -8,6 +8,7 @@ import pytest
 
 from bench.data.conll import read_conll
 from bench.data.glue_files import glue_file, read_glue_tsv
+from bench.data.location import count_examples
 from bench.data.sequence_datamodule import GlueDataModule, subset, tokenize
 from bench.data.tasks import TOKEN_TASKS, get_task
 from bench.errors import ConfigError, DataError
@@ -114,6 +115,15 @@ def test_blank_lines_at_the_end_of_a_file_are_skipped(data_dir, tmp_path, task):
     source = glue_file(data_dir, spec, "dev.tsv")
     _write(tmp_path, task, "dev.tsv", source.read_bytes() + b"\n \n\t\n\r\n")
     assert read_glue_tsv(glue_file(tmp_path, spec, "dev.tsv"), spec) == read_glue_tsv(source, spec)
+
+
+def test_the_dry_run_counts_the_rows_the_reader_keeps(data_dir, tmp_path):
+    """``count_examples`` (the dry run's count) skips trailing blank lines as the reader does."""
+    spec = get_task("rte")
+    source = glue_file(data_dir, spec, "train.tsv")
+    _write(tmp_path, "rte", "train.tsv", source.read_bytes() + b"\n \n\r\n")
+    rows = read_glue_tsv(glue_file(tmp_path, spec, "train.tsv"), spec)
+    assert count_examples(tmp_path, spec) == len(rows["label"]) == count_examples(data_dir, spec)
 
 
 def _conll(data_dir, tmp_path, name):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from test_cli_preflight import _where
 
 from conftest import ROOT, bench_in_this_process
 
@@ -63,16 +63,6 @@ CASES = {
     ),
     "a third beta": (("optim.betas=[0.9,0.99,0.999]",), "optim.betas=[0.9, 0.99, 0.999]", ("two",)),
 }
-
-
-def _where(tmp_path: Path) -> tuple[str, ...]:
-    """Every directory a launch may write, inside ``tmp_path``."""
-    return (
-        f"runs_dir={tmp_path}/runs",
-        f"results_dir={tmp_path}/results",
-        f"hydra.run.dir={tmp_path}/run",
-        "report_file=null",
-    )
 
 
 # Checked against the encoder (its depth), so a sweep records the cell failed and goes on.

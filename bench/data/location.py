@@ -204,11 +204,16 @@ def count_examples(data_dir: str | Path | None, spec: Task) -> int | None:
 
 @functools.lru_cache(maxsize=32)
 def _count_lines(path: str, size: int, mtime_ns: int) -> int:
-    """Lines of a file (one not ending in a newline counted); cached per size and mtime."""
+    """Lines of a file up to its last non-blank one (as the reader skips trailing blank lines).
+
+    A last line without a newline counts; the count is cached per size and mtime.
+    """
     del size, mtime_ns  # the cache key: a changed file is counted again
-    lines, last = 0, b"\n"
+    newlines, trailing, seen = 0, 0, False  # trailing: newlines after the last non-blank byte
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
-            lines += block.count(b"\n")
-            last = block[-1:]
-    return lines + (last != b"\n")
+            newlines += block.count(b"\n")
+            text = block.rstrip()
+            trailing = block[len(text) :].count(b"\n") + (0 if text else trailing)
+            seen = seen or bool(text)
+    return newlines - trailing + 1 if seen else 0

@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench.report SOURCE -o reports/NAME.html``."""
+"""Command line: ``python -m bench.report SOURCE -o reports/NAME.html`` (or ``-o reports``)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.report", description=description)
     parser.add_argument("source", help="results dir (results.parquet/.csv) or a multirun dir")
     parser.add_argument(
-        "-o", "--out", help="HTML file to write (default: reports/<source name>.html)"
+        "-o",
+        "--out",
+        type=Path,
+        help="HTML file to write, or a directory to write <source name>.html in "
+        "(default: reports/<source name>.html)",
     )
     parser.add_argument("--title", help="page title")
     args = parser.parse_args(argv)
-    out = Path(args.out or Path("reports") / f"{Path(args.source).name}.html")
+    out = args.out or Path("reports")
+    if args.out is None or out.is_dir():  # a directory, as `tables -o` takes: the default name
+        out = out / f"{Path(args.source).name}.html"
     try:
         print(f"wrote {build_report(args.source, out, args.title)}")
     except (FileNotFoundError, HeadbenchError, ValueError) as err:  # names the file and why

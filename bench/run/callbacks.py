@@ -11,7 +11,7 @@ import contextlib
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
@@ -31,6 +31,13 @@ from bench.run.packing import PackCheck
 from bench.run.plan import plan
 from bench.run.preflight import SweepCheck
 from bench.run.trackers import check_logger
+
+
+def _refuse(message: str) -> NoReturn:
+    """Refuse the sweep: print why (a closed stderr pipe does not let it launch) and exit 2."""
+    with contextlib.suppress(OSError):  # `2>&1 | head -1`: Hydra would call it a mere warning
+        print(message, file=sys.stderr)
+    sys.exit(2)
 
 
 class CollectResults(Callback):
@@ -66,15 +73,12 @@ class CollectResults(Callback):
             cells = plan("", overrides, multirun=True, check=check, base=config)
             pack.verdict()
         except (HydraException, OmegaConfBaseException) as err:
-            print(f"error composing the sweep: {err}", file=sys.stderr)
-            sys.exit(2)
+            _refuse(f"error composing the sweep: {err}")
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(2)
+            _refuse(f"error: {err}")
         refusal = values.verdict(cells)
         if refusal:
-            print(refusal, file=sys.stderr)
-            sys.exit(2)
+            _refuse(refusal)
         results_dir = config.get("results_dir")
         if results_dir:  # its end would refuse to collect: refuse now, before training
             try:
@@ -82,12 +86,10 @@ class CollectResults(Callback):
                     results_dir, config.hydra.sweep.dir, [cell.run_dir for cell in cells]
                 )
             except HeadbenchError as err:
-                print(f"error: {err}", file=sys.stderr)
-                sys.exit(2)
+                _refuse(f"error: {err}")
             if outside or missing:
                 message = launch_refusal(results_dir, config.hydra.sweep.dir, outside, missing)
-                print(f"error: {message}", file=sys.stderr)
-                sys.exit(2)
+                _refuse(f"error: {message}")
         command = " ".join(["python -m bench -m", *(shlex.quote(o) for o in overrides)])
         sweep_dir = Path(config.hydra.sweep.dir)
         planned = [

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import hydra
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -48,7 +49,7 @@ from bench.paths import config_dir
 from bench.results.run_records import log_launch_event
 from bench.run import interrupts, loky_worker
 from bench.run.logs import route_lightning_logs
-from bench.run.plan import PlannedCell, collisions, plan, print_plan
+from bench.run.plan import PlannedCell, collisions, hydra_context, plan, print_plan
 from bench.run.preflight import (
     check_cell,
     check_command,
@@ -275,7 +276,7 @@ def _capped(cfg: DictConfig) -> str | None:
         return None
     spec = get_task(cfg.task.name)
     n = count_examples(OmegaConf.select(cfg, "data.dir", default=None), spec)
-    if n is None or train_size > n:  # too large a subset: the run refuses it, naming both
+    if n is None or train_size > n:  # too large a subset: check_train_size refused it
         return None
     held = selection.capped_size(n, train_size, size, carve)
     if not selection.MIN_SIZE <= held < size:  # too small a slice is the run's error too
@@ -295,14 +296,34 @@ def _preflight(args: list[str]) -> None:
     (``-m``) is checked by its launch callback (:mod:`bench.run.callbacks`), which plans
     it anyway: every cell composed once and its values checked
     (:class:`bench.run.preflight.SweepCheck`), one message and exit 2 before Hydra writes
-    ``multirun.yaml``. Hydra's own flags (``--cfg``, ``--help``, ...) are Hydra's business.
+    ``multirun.yaml``; its own config is composed here first, which Hydra would do with a
+    traceback for a config file that does not parse. Hydra's own flags (``--cfg``,
+    ``--help``, ``--config-dir``, ...) are Hydra's business.
     """
-    if any(a.startswith("-") for a in args):
-        return  # a sweep is checked by its launch callback, planning it once
-    message = check_command(config_dir(), args) or _logger_problem(args)
+    flags = [a for a in args if a.startswith("-")]
+    if any(flag not in _MULTIRUN_FLAGS for flag in flags):
+        return
+    if flags:
+        message = _sweep_problem([a for a in args if a not in flags])
+    else:
+        message = check_command(config_dir(), args) or _logger_problem(args)
     if message:
         print(message, file=sys.stderr)
         sys.exit(2)
+
+
+def _sweep_problem(overrides: list[str]) -> str | None:
+    """The message when a sweep's own config does not compose (its cells: its callback)."""
+    try:
+        with hydra_context(config_dir()):
+            hydra = GlobalHydra.instance().hydra
+            assert hydra is not None
+            hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN)
+    except (HydraException, OmegaConfBaseException) as err:
+        return f"error composing the sweep: {err}"
+    except ConfigError as err:
+        return f"error: {err}"
+    return None
 
 
 def _logger_problem(args: list[str]) -> str | None:

@@ -13,13 +13,14 @@ import multiprocessing
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -78,11 +79,40 @@ def _run_dir(cfg: DictConfig, multirun: bool) -> Path:
         return Path(str(cfg.runs_dir)) / cell_path(cfg)
 
 
-def hydra_context(config_dir: str | Path) -> AbstractContextManager[Any]:
-    """Hydra's compose context for ``config_dir``; a no-op inside a running Hydra app."""
-    if GlobalHydra.instance().is_initialized():  # inside a running app (a sweep callback)
-        return nullcontext()
-    return initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
+@contextmanager
+def hydra_context(config_dir: str | Path) -> Iterator[None]:
+    """Hydra's compose context for ``config_dir`` (inside a running Hydra app, the app's).
+
+    A config file that does not parse as YAML is one :class:`ConfigError`
+    (:func:`config_file_problem`), where YAML's own would print a traceback of ~90 lines.
+    """
+    here: AbstractContextManager[Any] = (
+        nullcontext()  # inside a running app (a sweep callback)
+        if GlobalHydra.instance().is_initialized()
+        else initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3")
+    )
+    try:
+        with here:
+            yield
+    except yaml.YAMLError as err:
+        raise ConfigError(config_file_problem(err)) from None
+
+
+def config_file_problem(err: yaml.YAMLError) -> str:
+    """One line for a config file that does not parse: its file, line and column, YAML's words.
+
+    Args:
+        err: What the YAML parser raised (a syntax error, a tag it does not construct such as
+            ``!!python/object``, a duplicate key).
+    """
+    mark = getattr(err, "problem_mark", None)
+    if not isinstance(err, yaml.MarkedYAMLError) or mark is None:
+        return f"a config file does not parse as YAML: {' '.join(str(err).split())}"
+    context = err.context or ""
+    if context and err.context_mark is not None and err.context_mark.line != mark.line:
+        context += f" from line {err.context_mark.line + 1}"
+    said = " ".join(filter(None, [err.problem, context and f"({context})", err.note]))
+    return f"config file {mark.name}, line {mark.line + 1}, column {mark.column + 1}: {said}"
 
 
 #: Jobs per worker process below which composing in parallel does not pay (Hydra composes a
@@ -93,9 +123,9 @@ MAX_WORKERS = 16
 _Composed = tuple[DictConfig, Path, CellState] | str
 
 
-def _compose_job(job: list[str], multirun: bool) -> _Composed:
+def _compose_job(job: list[str], multirun: bool, hydra_overrides: list[str]) -> _Composed:
     """Compose one job and read its run directory; a refused identity as its message."""
-    cfg = compose("config", overrides=job, return_hydra_config=True)
+    cfg = compose("config", overrides=[*job, *hydra_overrides], return_hydra_config=True)
     try:
         check_identity(cfg)
     except ConfigError as err:
@@ -119,15 +149,16 @@ def plan_workers(jobs: int) -> int:
     return max(1, min(cores or 1, MAX_WORKERS, jobs // JOBS_PER_WORKER))
 
 
-def _composed(jobs: list[list[str]], multirun: bool) -> list[_Composed]:
+def _composed(jobs: list[list[str]], multirun: bool, hydra_overrides: list[str]) -> list[_Composed]:
     """:func:`_compose_job` of every job, in order, in :func:`plan_workers` processes."""
     workers = plan_workers(len(jobs))
     if workers == 1:
-        return [_compose_job(job, multirun) for job in jobs]
+        return [_compose_job(job, multirun, hydra_overrides) for job in jobs]
     fork = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=fork) as pool:
         chunk = max(1, len(jobs) // (4 * workers))
-        return list(pool.map(_compose_job, jobs, [multirun] * len(jobs), chunksize=chunk))
+        same = [multirun] * len(jobs), [hydra_overrides] * len(jobs)
+        return list(pool.map(_compose_job, jobs, *same, chunksize=chunk))
 
 
 #: Jobs (their overrides) that the latest :func:`plan` of this process composed. Hydra's
@@ -171,6 +202,10 @@ def plan(
     """
     cells = []
     _COMPOSED.clear()
+    # A sweep's own config keeps the command's hydra.* overrides (hydra.sweep.dir,
+    # hydra.searchpath) apart from its jobs' (hydra.overrides.task): each job composes with them.
+    given = OmegaConf.select(base, "hydra.overrides.hydra") if base is not None else None
+    hydra_overrides = [str(o) for o in given or []]
     with hydra_context(config_dir):
         if base is None:
             hydra = GlobalHydra.instance().hydra
@@ -181,7 +216,7 @@ def plan(
             run_mode = RunMode.MULTIRUN if multirun else RunMode.RUN
             base = hydra.compose_config("config", overrides, run_mode=run_mode)
         jobs = _job_overrides(base, overrides, multirun)
-        for job, composed in zip(jobs, _composed(jobs, multirun), strict=True):
+        for job, composed in zip(jobs, _composed(jobs, multirun, hydra_overrides), strict=True):
             if isinstance(composed, str):
                 raise ConfigError(composed)
             _COMPOSED.add(tuple(job))

@@ -33,9 +33,10 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
@@ -44,9 +45,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.axes import encoders, freezing
-from bench.cell import check_identity, reads_cached_states
+from bench.cell import SEED_RANGE, check_identity, reads_cached_states
 from bench.data import selection, tasks
-from bench.data.location import check_local_data
+from bench.data.location import check_local_data, count_examples
 from bench.data.padding import check_pad_multiple, widest_batch
 from bench.errors import ConfigError, EncoderError, HeadbenchError
 from bench.model.compiled import check_compile_mode
@@ -62,34 +63,78 @@ from bench.run.plan import (
     hydra_context,
 )
 
-# Keys with a fixed type: (allowed types, lower bound or None). `None` in the types = null.
+
+class Range(NamedTuple):
+    """The valid values of a key: its types (``None`` = null) and its bounds.
+
+    A bound of None is no bound; ``high`` may name another key, whose value is the bound.
+    ``open`` names the bounds that are themselves outside the range (``"low"``, ``"high"``).
+    A float must also be finite: NaN and infinity are refused whatever the bounds.
+    """
+
+    types: tuple[type | None, ...]
+    low: float | None = None
+    high: float | str | None = None
+    open: str = ""
+
+
+_ABSENT = object()
 INT = (int,)
 NUMBER = (int, float)
-TYPED_KEYS: dict[str, tuple[tuple[type | None, ...], float | None]] = {
-    "seed": (INT, None),
-    "data_seed": (INT, None),
-    "data.train_size": ((int, None), 1),
-    "data.max_length": (INT, 2),
-    "data.batch_size": (INT, 1),
-    "data.eval_batch_size": (INT, 1),
-    "data.num_workers": (INT, 0),
-    "data.pad_to_multiple_of": ((int, None), 1),
-    "trainer.max_epochs": (INT, 1),
-    "optim.encoder_lr": (NUMBER, 0),
-    "optim.head_lr": (NUMBER, 0),
-    "optim.frozen_head_lr": (NUMBER, 0),
-    "optim.weight_decay": (NUMBER, 0),
-    "optim.warmup_ratio": (NUMBER, 0),
-    "optim.adam_eps": (NUMBER, 0),
-    "optim.fused": ((bool,), None),
-    "runtime.loss_check_steps": (INT, 1),
-    "head.mlp": ((bool,), None),
-    "head.dropout": (NUMBER, 0),
-    "cache.enabled": ((bool,), None),
+FLAG = Range((bool,))
+RATE = Range(NUMBER, 0)  # a learning rate, a weight decay: no upper bound (a huge one diverges)
+FRACTION = Range(NUMBER, 0, 1, "high")  # a dropout probability, an Adam beta
+#: Every numeric option of ``conf/`` (and the switches), one range each: :func:`check_types`.
+#: The seeds and ``search.trials`` are checked with the run directory's names
+#: (:func:`bench.cell.check_identity`); ``selection.size``, ``search.seed`` and
+#: ``freeze.k`` by the checks of their groups.
+TYPED_KEYS: dict[str, Range] = {
+    "data.train_size": Range((int, None), 1),
+    "data.max_length": Range(INT, 2),  # at most the encoder's positions: check_max_length
+    "data.batch_size": Range(INT, 1),
+    "data.eval_batch_size": Range(INT, 1),
+    "data.num_workers": Range(INT, 0),
+    "data.pad_to_multiple_of": Range((int, None), 1),
+    "cache.enabled": FLAG,
+    "cache.auto_max_gb": Range(NUMBER, 0),
+    "cache.resident_max_gb": Range(NUMBER, 0, open="low"),
+    "runtime.cells_per_gpu": Range((int, None), 1),
+    "runtime.gpu_memory_gb": Range((int, float, None), 0, open="low"),
+    "runtime.loss_check_steps": Range(INT, 1),
+    "trainer.max_epochs": Range(INT, 1),
+    "trainer.gradient_clip_val": Range((int, float, None), 0),  # 0 or null: no clipping
+    "trainer.log_every_n_steps": Range(INT, 0),  # 0: Lightning logs no steps
+    "optim.encoder_lr": RATE,
+    "optim.head_lr": RATE,
+    "optim.frozen_head_lr": RATE,
+    "optim.weight_decay": RATE,
+    "optim.warmup_ratio": Range(NUMBER, 0, 1),
+    "optim.adam_eps": Range(NUMBER, 0, open="low"),
+    "optim.betas[0]": FRACTION,
+    "optim.betas[1]": FRACTION,
+    "optim.fused": FLAG,
+    "head.mlp": FLAG,
+    "head.mlp_hidden": Range((int, None), 1),
+    "head.dropout": FRACTION,
+    "head.lstm_hidden": Range(INT, 2),  # even: the head's own check (two directions)
+    "head.lstm_layers": Range(INT, 1),
+    "head.lstm_dropout": FRACTION,
+    "freeze.lr": RATE,  # bitfit, lora
+    "freeze.ft_head_lr": Range((int, float, None), 0),  # lpft
+    "freeze.factor": Range(NUMBER, 0, 1, "low"),  # llrd
+    "freeze.rank": Range(INT, 1),  # lora
+    "freeze.alpha": Range(NUMBER),  # lora: any finite scale
+    "freeze.dropout": FRACTION,
+    "freeze.every": Range(INT, 1),  # gradual
+    "freeze.group_size": Range(INT, 1),  # gradual; at most the encoder's depth: check_cell
+    "freeze.probe_epochs": Range(INT, 1, "trainer.max_epochs", "high"),  # lpft: some tuning
+    "search.order_seed": Range((int, None), *SEED_RANGE),
+    # a search space key of its own: head_lr = head_lr_ratio × encoder_lr (bench/run/search.py)
+    "search.space.head_lr_ratio": RATE,
     # what a sweep does with finished cells (bench/run/resume.py): `+force=no` is not false
-    "force": ((bool,), None),
-    "rerun_failed": ((bool,), None),
-    "rerun_environmental": ((bool,), None),
+    "force": FLAG,
+    "rerun_failed": FLAG,
+    "rerun_environmental": FLAG,
 }
 #: Top-level keys a command line adds with ``+`` (:func:`check_additions`).
 FLAG_ADDITIONS = ("force", "rerun_failed", "rerun_environmental")
@@ -105,42 +150,82 @@ def _type_names(types: tuple[type | None, ...]) -> str:
         bool: "true or false",
         None: "null",
     }
-    return " or ".join(names.get(t) or str(getattr(t, "__name__", t)) for t in types)
+    named = [t for t in types if not (t is int and float in types)]  # a number: int or float
+    return " or ".join(names.get(t) or str(getattr(t, "__name__", t)) for t in named)
+
+
+def check_value(name: str, value: Any, rule: Range, cfg: DictConfig) -> None:
+    """Check one value against its :class:`Range`.
+
+    Args:
+        name: The key as the message names it (``optim.betas[0]``).
+        value: The value given.
+        rule: Its types and bounds.
+        cfg: The config, for a bound that names another key.
+
+    Raises:
+        ConfigError: Naming the key, the value given and the valid types or range.
+    """
+    types, low, high, open_ends = rule
+    if isinstance(value, bool) or types == (bool,):
+        ok = isinstance(value, bool) and bool in types
+    else:
+        ok = any(isinstance(value, t) if t else value is None for t in types)
+    if not ok:
+        raise ConfigError(f"{name}={value!r}: must be {_type_names(types)}")
+    high_text = str(high)
+    if isinstance(high, str):  # another key's value (checked before this key)
+        high = OmegaConf.select(cfg, high, default=None)
+        high_text += f" ({high})"
+    if value is None or isinstance(value, bool):
+        return
+    if (
+        (isinstance(value, float) and not math.isfinite(value))
+        or (low is not None and (value <= low if "low" in open_ends else value < low))
+        or (high is not None and (value >= high if "high" in open_ends else value > high))
+    ):
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'above' if 'low' in open_ends else 'at least'} {low}")
+        if high is not None:
+            bounds.append(f"{'below' if 'high' in open_ends else 'at most'} {high_text}")
+        words = " and ".join(bounds)
+        if float in types:
+            words = ", ".join(["a finite number", words] if words else ["a finite number"])
+        raise ConfigError(f"{name}={value!r}: must be {words}")
 
 
 def check_types(cfg: DictConfig) -> None:
-    """Check the keys of :data:`TYPED_KEYS` that are present for type and lower bound.
+    """Check every key of :data:`TYPED_KEYS` that the config has, and each searched value.
+
+    Each value of a search space (``search.space.<family>.<key>``, every family) is checked
+    against the range of the ``optim`` key it sets.
 
     Raises:
         ConfigError: Naming the key, the value given and what is valid.
     """
-    for key, (types, lower) in TYPED_KEYS.items():
-        value = OmegaConf.select(cfg, key, default="__absent__")
-        if value == "__absent__":
-            continue
-        if types == (bool,):
-            ok = isinstance(value, bool)
-        else:
-            ok = (value is None and None in types) or (
-                not isinstance(value, bool)
-                and any(t is not None and isinstance(value, t) for t in types)
-            )
-        if not ok:
-            raise ConfigError(f"{key}={value!r}: must be {_type_names(types)}")
-        if value is not None and lower is not None and value < lower:
-            raise ConfigError(f"{key}={value!r}: must be at least {lower}")
+    for key, rule in TYPED_KEYS.items():
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT:
+            check_value(key, value, rule, cfg)
+    betas = OmegaConf.select(cfg, "optim.betas", default=None)
+    if betas is not None and not (isinstance(betas, ListConfig) and len(betas) == 2):
+        raise ConfigError(f"optim.betas={betas!r}: must be a list of two numbers [beta1, beta2]")
     grouping = OmegaConf.select(cfg, "data.group_by_length", default=False)
     if not (isinstance(grouping, bool) or grouping == "bucket"):
         raise ConfigError(
             f"data.group_by_length={grouping!r}: valid choices: false, true (the HF Trainer's "
             "length-grouped mega-batches), bucket (bench/data/samplers.py)"
         )
-    ratio = OmegaConf.select(cfg, "optim.warmup_ratio", default=None)
-    if isinstance(ratio, (int, float)) and ratio > 1:
-        raise ConfigError(f"optim.warmup_ratio={ratio!r}: must be between 0 and 1")
-    dropout = OmegaConf.select(cfg, "head.dropout", default=None)
-    if isinstance(dropout, (int, float)) and dropout >= 1:
-        raise ConfigError(f"head.dropout={dropout!r}: must be at least 0 and below 1")
+    space: Any = OmegaConf.select(cfg, "search.space", default=None)
+    space = OmegaConf.to_container(space, resolve=True) if isinstance(space, DictConfig) else {}
+    for family, keys in space.items():
+        for key, values in keys.items() if isinstance(keys, dict) else ():
+            found = TYPED_KEYS.get(f"optim.{key}") or TYPED_KEYS.get(f"search.space.{key}")
+            if found is None or not isinstance(values, list):
+                continue  # optim.betas (lists); a malformed space: search.space_of names it
+            for i, value in enumerate(values):
+                check_value(f"search.space.{family}.{key}[{i}]", value, found, cfg)
 
 
 def check_additions(cfg: DictConfig) -> None:
@@ -461,6 +546,32 @@ def runs_here(cfg: DictConfig) -> bool:
     return True
 
 
+#: Lightning's options that train or score on part of a split, and their values that take all
+#: of it (``limit_*``: the float 1.0; an integer counts batches): ``result.json`` records the
+#: whole split, so a part would make it say what did not happen.
+WHOLE_SPLIT_VALUES: dict[str, tuple[float, ...]] = {
+    "trainer.limit_train_batches": (1.0,),
+    "trainer.limit_val_batches": (1.0,),
+    "trainer.overfit_batches": (0, 0.0),
+}
+
+
+def check_whole_splits(cfg: DictConfig) -> None:
+    """Refuse a Lightning option that would train or score a cell on part of a split.
+
+    Raises:
+        ConfigError: Naming the key and the sizes headbench takes instead.
+    """
+    for key, whole in WHOLE_SPLIT_VALUES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not any(type(value) is type(w) and value == w for w in whole):
+            raise ConfigError(
+                f"{key}={value!r}: Lightning would use part of a split while result.json "
+                "records all of it; size the splits with data.train_size and selection.size "
+                "(the selection slice), and leave this key out"
+            )
+
+
 def check_values(cfg: DictConfig) -> None:
     """Check what a cell's config says key by key, reading nothing else: cheap, torch-free.
 
@@ -479,6 +590,7 @@ def check_values(cfg: DictConfig) -> None:
     check_compile_mode(OmegaConf.select(cfg, "trainer.compile", default=False))
     check_matmul_precision(OmegaConf.select(cfg, "trainer.matmul_precision"))
     check_devices(OmegaConf.select(cfg, "trainer.devices", default=None))
+    check_whole_splits(cfg)
     tasks.validate(cfg.task.name)
     check_protocol(cfg)
     check_studies(cfg)
@@ -522,6 +634,34 @@ def _plain(cfg: DictConfig, key: str) -> dict[str, Any]:
     return {str(k): v for k, v in plain.items()}
 
 
+def check_train_size(cfg: DictConfig, spec: tasks.Task) -> None:
+    """``data.train_size`` fits the local training file, whose rows the dry run counts.
+
+    Known without loading data only for a local GLUE file
+    (:func:`bench.data.location.count_examples`); elsewhere the cell refuses it when it
+    loads the split. ``selection=heldout`` keeps examples out of the subset to select on.
+
+    Raises:
+        ConfigError: Naming ``data.train_size``, the examples there are and the valid range.
+    """
+    size = OmegaConf.select(cfg, "data.train_size", default=None)
+    n = count_examples(OmegaConf.select(cfg, "data.dir", default=None), spec)
+    if not isinstance(size, int) or n is None:
+        return
+    held, why = 0, ""
+    if OmegaConf.select(cfg, "selection.name", default="dev") == "heldout":
+        held = selection.MIN_SIZE
+        why = f" (selection=heldout keeps at least {held} of them out to select on)"
+        if OmegaConf.select(cfg, "selection.carve", default=selection.DEFAULT_CARVE) == "first":
+            held = int(cfg.selection.size)
+            why = f" (selection.carve=first holds out selection.size={held} of them first)"
+    if size > n - held:
+        raise ConfigError(
+            f"data.train_size={size} but {spec.name} train has {n} examples; valid: "
+            f"1..{n - held}{why}, or null"
+        )
+
+
 def check_cell(cfg: DictConfig, here: bool = True) -> None:
     """Check one composed cell config; cheap (config files and the tokenizer, no weights).
 
@@ -540,6 +680,7 @@ def check_cell(cfg: DictConfig, here: bool = True) -> None:
     spec = tasks.validate(cfg.task.name)
     if here:
         check_local_data(OmegaConf.select(cfg, "data.dir", default=None), spec)
+        check_train_size(cfg, spec)
     plain = {key: _plain(cfg, key) for key in ("encoder", "head", "freeze", "data")}
     encoder, head, freeze = plain["encoder"], plain["head"], plain["freeze"]
     strategy = freezing.validate_options(freeze)
@@ -554,6 +695,8 @@ def check_cell(cfg: DictConfig, here: bool = True) -> None:
     layers = facts["num_layers"]
     if strategy.takes_k:
         freezing.check_k(strategy.name, freeze.get("k"), layers, encoder["name"])
+    if "group_size" in freeze:  # gradual: layers unfrozen at a time, at most the encoder's
+        check_value("freeze.group_size", freeze["group_size"], Range(INT, 1, layers), cfg)
     # The head's own options first: a head/task mismatch is the more basic error.
     from bench.model.task_types import task_type  # the heads and torchmetrics: seconds
 
