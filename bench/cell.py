@@ -74,7 +74,7 @@ _HASHED_UNLESS_DEFAULT: dict[str, dict[str, Any]] = {
     "data": {"group_by_length": False, "pad_to_multiple_of": None},
     "optim": {"fused": False},
     "encoder": {"summary": "first"},
-    "trainer": {"compile": False, "matmul_precision": "highest"},
+    "trainer": {"compile": False, "matmul_precision": "highest", "early_stopping": None},
 }
 # Keys of the `selection` group added after heldout results were committed: hashed only when
 # they differ from the old behaviour (`carve: last`, the slice from what the subset leaves).
@@ -86,6 +86,13 @@ _SELECTION_DEFAULTS: dict[str, Any] = {"carve": DEFAULT_CARVE}
 # cache lives, and which extra layers a pass stores, change nothing.
 _CACHE_READERS = tuple(name for name, s in STRATEGIES.items() if s.reads_cache)
 
+
+#: ``search.pairing``: None = one search (``search.seed``) shared by every seed of a setting,
+#: one selection slice (``data_seed``); ``seed`` = each cell's seed fixes its batch order
+#: (shared by every head), its own search and its own selection slice.
+PAIRINGS = (None, "seed")
+#: ``search`` keys added after results were committed: hashed only when they differ from these.
+_SEARCH_DEFAULTS: dict[str, Any] = {"order_seed": None, "pairing": None, "tie_rule": "trial"}
 
 #: Seeds NumPy, PyTorch and Python's ``random`` all accept.
 SEED_RANGE = (0, 2**32 - 1)
@@ -230,6 +237,33 @@ def cell_path(cfg: DictConfig) -> str:
     return f"{c['task']}/{c['encoder']}/{c['head_label']}/{c['freeze_label']}/{leaf}"
 
 
+def pairing(cfg: DictConfig) -> str | None:
+    """The cell's ``search.pairing`` (:data:`PAIRINGS`); None when the config has none."""
+    value = OmegaConf.select(cfg, "search.pairing", default=None)
+    return None if value is None else str(value)
+
+
+def batch_order_seed(cfg: DictConfig) -> int | None:
+    """The seed of the cell's training batch order; None: torch's global stream (``seed``).
+
+    ``order_seed`` when set; else, under ``search.pairing: seed``, the cell's ``seed``
+    (every head of a setting then sees the same batches at a seed).
+    """
+    order_seed = OmegaConf.select(cfg, "order_seed", default=None)
+    if order_seed is None and pairing(cfg) == "seed":
+        return int(cfg.seed)
+    return None if order_seed is None else int(order_seed)
+
+
+def slice_seed(cfg: DictConfig) -> int | None:
+    """The seed that draws the cell's own selection slice (``search.pairing: seed``), or None.
+
+    None: the slice comes from ``data_seed`` alone, one for every seed of the setting
+    (:mod:`bench.data.selection`).
+    """
+    return int(cfg.seed) if pairing(cfg) == "seed" else None
+
+
 def _plain(node: Any) -> dict[str, Any] | None:
     """A config node as a plain dict (None when absent)."""
     if node is None:
@@ -274,11 +308,14 @@ def config_hash(cfg: DictConfig) -> str:
             if selection.get(key, default) == default:
                 selection.pop(key, None)
         hashed["selection"] = selection
-    search = _plain(cfg.get("search"))
-    if search and int(search.get("trials") or 0) > 0:
-        if search.get("order_seed") is None:  # added for lock-step trials: None is as before
-            search.pop("order_seed", None)
+    search = _plain(cfg.get("search")) or {}
+    for key, default in _SEARCH_DEFAULTS.items():  # added later (lock-step trials, pairing)
+        if search.get(key, default) == default:
+            search.pop(key, None)
+    if int(search.get("trials") or 0) > 0:
         hashed["search"] = search
+    elif search.get("pairing") is not None:  # a paired cell without a search (or a trial)
+        hashed["search"] = {"pairing": search["pairing"]}
     order_seed = cfg.get("order_seed")
     if order_seed is not None:  # added with the seed split: None is the old behaviour
         hashed["order_seed"] = order_seed

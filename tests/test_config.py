@@ -63,7 +63,7 @@ def build(cfg) -> HeadbenchModule:
 def test_the_groups_hold_exactly_the_registered_names():
     """One registry per axis: the option files and the module builders agree with it."""
     assert set(options("encoder")) == set(OFFLINE_ENCODERS + HUB_ENCODERS)
-    assert options("head") == sorted(axes_heads.HEADS)
+    assert options("head") == sorted([*axes_heads.HEADS, axes_heads.ANCHOR])
     assert set(HEAD_MODULES) == set(TOKEN_HEAD_MODULES) == set(axes_heads.HEADS)
     assert options("freeze") == sorted(axes_freezing.STRATEGIES)
     assert set(options("task")) == set(TASKS) | set(TOKEN_TASKS)
@@ -75,7 +75,7 @@ def test_every_option_composes_and_names_itself(compose_cfg, group, option):
     assert cfg[group].name == option
     plain = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     validate = {
-        "head": axes_heads.validate,
+        "head": lambda name: name == axes_heads.ANCHOR or axes_heads.validate(name),
         "freeze": axes_freezing.validate,
         "task": lambda name: ALL_TASKS[name],
         "encoder": lambda name: plain["encoder"]["pooler"] in POOLER_STATES,
@@ -92,11 +92,11 @@ def test_experiment_quick_composes(compose_cfg):
 
 @pytest.mark.parametrize(
     "overrides",
-    [("encoder=tiny_bert", f"head={h}") for h in options("head")]
-    + [("encoder=tiny_roberta", f"head={h}") for h in options("head")]
+    [("encoder=tiny_bert", f"head={h}") for h in sorted(axes_heads.HEADS)]
+    + [("encoder=tiny_roberta", f"head={h}") for h in sorted(axes_heads.HEADS)]
     + [("encoder=tiny_bert", f"freeze={f}") for f in options("freeze")]
     + [("encoder=tiny_bert", f"task={t}") for t in options("task") if t in TASKS]
-    + [("encoder=minilm", f"head={h}") for h in options("head")]
+    + [("encoder=minilm", f"head={h}") for h in sorted(axes_heads.HEADS)]
     + [("encoder=tiny_bert", "head=bilstm", "head.layers=[0,2]", "head.combine=scalar_mix")],
     ids=lambda o: "+".join(o),
 )
@@ -172,7 +172,7 @@ def test_missing_seed_is_named(tmp_path):
     assert "seed" in proc.stderr
 
 
-@pytest.mark.parametrize("head", options("head"))
+@pytest.mark.parametrize("head", sorted(axes_heads.HEADS))  # an anchor has no module
 @pytest.mark.parametrize("encoder", ["tiny_bert", "tiny_roberta"])
 def test_every_head_builds_for_a_token_task_with_logits_per_token(compose_cfg, encoder, head):
     cfg = compose_cfg(f"encoder={encoder}", f"head={head}", "task=conll2003", "seed=1")

@@ -126,6 +126,21 @@ def test_verdicts_follow_the_declared_rules():
     assert "equivalent" not in set(low["verdict"])
 
 
+def test_an_anchor_is_scored_beside_the_heads_but_not_ranked_among_them():
+    """An anchor (head=anchor) gets a score row, no comparison, no Holm share, never `best`."""
+    rng = np.random.default_rng(3)
+    values = {"a": list(0.80 + rng.normal(0, 0.003, 5)), "b": list(0.70 + rng.normal(0, 0.003, 5))}
+    runs = _runs({**values, "anchor-mean": [0.9] * 5})
+    runs.loc[runs["head_label"] == "anchor-mean", "head"] = "anchor"
+    scores, comps = frames.build(runs, pd.DataFrame(), (), (), (), ["a", "b"])
+    assert set(scores["head_label"]) == {"a", "b", "anchor-mean"}
+    assert set(comps[["head_a", "head_b"]].to_numpy().ravel()) == {"a", "b"}
+    assert comps["m"].tolist() == [1] and comps["p_holm"].tolist() == comps["p"].tolist()
+    best = scores.set_index("head_label")["best"]
+    assert best.to_dict() == {"a": True, "b": False, "anchor-mean": False}
+    assert scores.set_index("head_label").loc["a", "beats_all"]  # better than b, the only head
+
+
 def test_runs_on_other_devices_are_not_comparable_and_get_no_p():
     runs = _runs({"a": [0.8, 0.81, 0.82], "b": [0.7, 0.71, 0.72]})
     cells = [

@@ -172,7 +172,10 @@ def _shuffled_copy(data_dir, tmp_path, task):
     return root
 
 
-def _search(compose_cfg, data, runs, seed=1):
+RANDOM = ("search=random", "search.trials=3")
+
+
+def _search(compose_cfg, data, runs, seed=1, protocol=RANDOM):
     cfg = compose_cfg(
         "encoder=tiny_bert",
         "head=linear",
@@ -181,8 +184,7 @@ def _search(compose_cfg, data, runs, seed=1):
         f"seed={seed}",
         "data.train_size=160",
         "selection.size=96",
-        "search=random",
-        "search.trials=3",
+        *protocol,
         f"data.dir={data}",
         f"cache.dir={runs.parent / 'cache'}",
         *FAST,
@@ -191,18 +193,31 @@ def _search(compose_cfg, data, runs, seed=1):
     return run_with_search(cfg, run_dir, run), run_dir
 
 
-def test_shuffling_dev_labels_changes_no_selection(compose_cfg, data_dir, tmp_path):
-    real, real_dir = _search(compose_cfg, data_dir, tmp_path / "a" / "runs")
+#: Protocol v3 (bench/run/search.py): the full grid, each seed's own search, batch order and
+#: slice, ties by the lowest values, early stopping on the slice.
+V3 = (
+    "search=grid",
+    "search.space.frozen.frozen_head_lr=[1e-3,1e-2,1e-1]",
+    "search.space.frozen.weight_decay=[0.0]",
+    "+trainer.early_stopping.patience=1",
+)
+
+
+@pytest.mark.parametrize("protocol", [RANDOM, V3], ids=["random", "v3"])
+def test_shuffling_dev_labels_changes_no_selection(compose_cfg, data_dir, tmp_path, protocol):
+    real, real_dir = _search(compose_cfg, data_dir, tmp_path / "a" / "runs", protocol=protocol)
     shuffled_data = _shuffled_copy(data_dir, tmp_path, "rte")
-    fake, fake_dir = _search(compose_cfg, shuffled_data, tmp_path / "b" / "runs")
+    fake, fake_dir = _search(compose_cfg, shuffled_data, tmp_path / "b" / "runs", protocol=protocol)
     assert real["status"] == fake["status"] == "ok", (real.get("reason"), fake.get("reason"))
+    paired = real["search"].get("pairing") == "seed"
 
     def trials(run_dir):
         out = []
+        folder = trials_dir(run_dir, 1 if paired else None)
         for k in (1, 2, 3):
-            record = json.loads((trials_dir(run_dir) / f"trial={k}" / TRIAL_FILE).read_text())
+            record = json.loads((folder / f"trial={k}" / TRIAL_FILE).read_text())
             assert record["best"]["metrics"] == {}  # a trial never sees a reporting split
-            assert not list((trials_dir(run_dir) / f"trial={k}").glob("predictions_*"))
+            assert not list((folder / f"trial={k}").glob("predictions_*"))
             sel = record["selection"]
             out.append((record["trial_config"], sel["best_epoch"], sel["metrics"], sel["ids"]))
         return out

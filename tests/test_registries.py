@@ -44,6 +44,10 @@ def check_encoder(cfg: DictConfig, option: str) -> None:
 
 
 def check_head(cfg: DictConfig, option: str) -> None:
+    if option == heads.ANCHOR:  # no preset: fitted by scikit-learn (bench/run/anchors.py)
+        heads.check_anchor(plain(cfg.head), tasks.validate(cfg.task.name), "frozen", True)
+        assert cfg.head.label == f"anchor-{cfg.head.features}"
+        return
     preset = heads.validate(cfg.head.name)
     assert preset.name == option
     head = plain(cfg.head)
@@ -130,7 +134,7 @@ def test_option_file_agrees_with_its_registry(compose_cfg, group, option):
 
 def test_the_groups_hold_every_registered_name_and_no_other():
     assert option_files("logger") == sorted(trackers.LOGGERS)
-    assert option_files("head") == sorted(heads.HEADS)
+    assert option_files("head") == sorted([*heads.HEADS, heads.ANCHOR])
     assert option_files("freeze") == sorted(freezing.STRATEGIES)
     assert option_files("task") == sorted(tasks.ALL_TASKS)
 

@@ -13,9 +13,11 @@ A preset's label is its name, or ``<name>-<variant>`` for presets with a variant
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from bench.axes.layers import LayerSpec, describe_selection
+from bench.data.tasks import Task
 from bench.errors import ConfigError
 
 
@@ -104,3 +106,64 @@ def head_order() -> list[str]:
         order.append(preset.name)
         order.extend(f"{preset.name}-{v}" for v in preset.variants)
     return order
+
+
+#: ``head=anchor``: a converged anchor (:mod:`bench.run.anchors`), fitted by scikit-learn, not
+#: trained. It is no preset: its label is ``anchor-<features>`` and it has no module.
+ANCHOR = "anchor"
+#: ``head.features`` of an anchor -> the head whose pooled features it reads: ``cls`` the
+#: last layer's first token (``linear``), ``mean`` its token mean (``mean_linear``), ``last4``
+#: the last four layers' first tokens (``last4_concat``); ``cosine`` the cosine of the two
+#: sentences' mean-pooled last layers, each sentence encoded alone (pair tasks).
+ANCHOR_FEATURES = {"cls": "linear", "mean": "mean_linear", "last4": "last4_concat", "cosine": None}
+#: The label of each gradient-trained head's anchor: the same features, a converged read-out.
+ANCHOR_OF = {head: f"{ANCHOR}-{features}" for features, head in ANCHOR_FEATURES.items() if head}
+#: The keys of an anchor's ``head`` config.
+ANCHOR_KEYS = frozenset({"name", "label", "features", "C"})
+
+
+def check_anchor(head: dict[str, object], spec: Task, freeze: str, cached: bool) -> None:
+    """Check a ``head=anchor`` cell: its options, its task and that it reads cached features.
+
+    Args:
+        head: The ``head`` config as plain values.
+        spec: The cell's task.
+        freeze: ``freeze.name``.
+        cached: Whether the cell reads the feature cache (``cache.enabled``).
+
+    Raises:
+        ConfigError: Naming the key and the valid choices.
+    """
+    features = head.get("features")
+    if features not in ANCHOR_FEATURES:
+        raise ConfigError(
+            f"head.features={features!r}; valid choices: {', '.join(ANCHOR_FEATURES)}"
+        )
+    if unknown := sorted(set(head) - ANCHOR_KEYS):
+        raise ConfigError(
+            f"head anchor does not take option(s) {unknown}; valid options: features, C"
+        )
+    grid = head.get("C")
+    if (
+        not isinstance(grid, list)
+        or not grid
+        or not all(
+            isinstance(c, int | float) and not isinstance(c, bool) and 0 < c < math.inf
+            for c in grid
+        )
+    ):
+        raise ConfigError(f"head.C={grid!r}: give a non-empty list of positive finite numbers")
+    if spec.kind != "sequence":
+        raise ConfigError(f"head=anchor on task={spec.name}: anchors cover sequence (GLUE) tasks")
+    if freeze != "frozen" or not cached:
+        raise ConfigError(
+            f"head=anchor with freeze={freeze}"
+            + ("" if cached else ", cache.enabled=false")
+            + ": an anchor reads a frozen encoder's cached features; valid: freeze=frozen "
+            "with cache.enabled=true"
+        )
+    if features == "cosine" and (len(getattr(spec, "text_fields", ())) != 2 or spec.num_labels > 2):
+        raise ConfigError(
+            f"head.features=cosine on task={spec.name}: the cosine anchor scores a pair's two "
+            "sentences (a regression or two classes); valid choices here: cls, mean, last4"
+        )

@@ -21,6 +21,16 @@ every cell of a sweep (every head, trial and seed) selects on the same examples:
   same slice, disjoint from all of them;
 - with the whole training split, the slice is drawn first and the rest trains (both ways).
 
+**One slice per seed** (``search.pairing: seed``, :func:`bench.cell.slice_seed`): the slice
+is drawn from a stream of ``(data_seed, 1, seed)`` instead of ``(data_seed, 1)``, so each
+seed selects on its own examples, still outside the fixed training subset. Where the
+examples outside the subset are no more than ``size`` (RTE trained on 2,000 of its 2,490
+keeps 490: every seed's slice would be the same 490), subset and slice are re-partitioned
+per seed instead: the slice (as many examples as the subset leaves) is drawn, stratified,
+from the whole split with that stream, and the other examples train, so both keep their
+sizes but the training subset is no longer the same for every seed. ``result.json``'s
+``selection`` records ``slice_seed`` and the slice's ids; ``data.n_train`` the subset size.
+
 Classification slices are stratified by label (each class keeps its share, largest
 remainders first), regression slices by quantile bins of the score, token-task slices
 (sentences) are a plain random draw. Torch-free.
@@ -133,6 +143,7 @@ def carve_selection(
     seed: int,
     stratify: str | None,
     where: str,
+    slice_seed: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split a training split's examples into training examples and a selection slice.
 
@@ -143,6 +154,8 @@ def carve_selection(
         seed: The data seed.
         stratify: ``"class"``, ``"bins"`` (regression) or None.
         where: The split, for messages (``"rte train"``).
+        slice_seed: The cell's seed for a slice of its own (module docstring); None: one
+            slice per data seed.
 
     Returns:
         ``(train indices, selection indices)``, both sorted and disjoint.
@@ -154,9 +167,9 @@ def carve_selection(
     _check_size(size)
     strata = _strata(labels, stratify)
     if train is None:
-        return _slice_first(strata, size, seed, where)
+        return _slice_first(strata, size, seed, where, slice_seed)
     # A generator of its own (seed, 1): never the stream that drew the training subset.
-    rng = np.random.default_rng([seed, 1])
+    rng = _slice_rng(seed, slice_seed)
     rest = np.setdiff1d(np.arange(n), train)
     if len(rest) < MIN_SIZE:
         raise ConfigError(
@@ -166,7 +179,15 @@ def carve_selection(
         )
     if len(rest) < size:  # the protocol, but said: the slice is smaller than asked
         log.info(capped_note(where, n, len(train), size))
+    if slice_seed is not None and len(rest) <= size:  # re-partitioned per seed (docstring)
+        select = stratified_draw(np.arange(n), strata, len(rest), rng)
+        return np.setdiff1d(np.arange(n), select), select
     return np.sort(train), stratified_draw(rest, strata, min(size, len(rest)), rng)
+
+
+def _slice_rng(seed: int, slice_seed: int | None) -> np.random.Generator:
+    """The slice's stream: ``(seed, 1)``, or ``(seed, 1, slice_seed)`` for a seed's own slice."""
+    return np.random.default_rng([seed, 1] if slice_seed is None else [seed, 1, slice_seed])
 
 
 def carve_first(
@@ -176,6 +197,7 @@ def carve_first(
     seed: int,
     stratify: str | None,
     where: str,
+    slice_seed: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slice first, from the whole split; then a training subset of what is left.
 
@@ -191,6 +213,8 @@ def carve_first(
         seed: The data seed.
         stratify: ``"class"``, ``"bins"`` (regression) or None.
         where: The split, for messages (``"rte train"``).
+        slice_seed: The cell's seed for a slice of its own; the subsets are then nested
+            within that seed only.
 
     Returns:
         ``(train indices, selection indices)``, both sorted and disjoint.
@@ -201,7 +225,7 @@ def carve_first(
     """
     _check_size(size)
     n = len(labels)
-    rest, select = _slice_first(_strata(labels, stratify), size, seed, where)
+    rest, select = _slice_first(_strata(labels, stratify), size, seed, where, slice_seed)
     if train_size is None:
         return rest, select
     if isinstance(train_size, bool) or not isinstance(train_size, int) or train_size < 1:
@@ -224,7 +248,7 @@ def _check_size(size: object) -> None:
 
 
 def _slice_first(
-    strata: np.ndarray, size: int, seed: int, where: str
+    strata: np.ndarray, size: int, seed: int, where: str, slice_seed: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slice drawn from the whole split, and every other example (both sorted)."""
     n = len(strata)
@@ -235,5 +259,5 @@ def _slice_first(
             f"selection=dev"
         )
     everything = np.arange(n)
-    select = stratified_draw(everything, strata, size, np.random.default_rng([seed, 1]))
+    select = stratified_draw(everything, strata, size, _slice_rng(seed, slice_seed))
     return np.setdiff1d(everything, select), select

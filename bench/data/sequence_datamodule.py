@@ -216,6 +216,8 @@ class SplitLoaders(L.LightningDataModule):
             same whatever the training seed and the model drew before. None: from torch's
             global generator, which the training seed seeds (the order then also depends on
             how many random numbers initialising the head took).
+        slice_seed: The cell's seed for a selection slice of its own (``search.pairing:
+            seed``; :mod:`bench.data.selection`); None: one slice per ``data_seed``.
         pad_to_multiple_of: Pad each batch the encoder reads to a multiple of this many
             tokens (``data.pad_to_multiple_of``, :mod:`bench.data.padding`): fewer distinct
             batch shapes, e.g. for CUDA graphs (``trainer.compile=reduce-overhead`` records
@@ -239,6 +241,7 @@ class SplitLoaders(L.LightningDataModule):
         selection: Mapping[str, Any] | None = None,
         order_seed: int | None = None,
         pad_to_multiple_of: int | None = None,
+        slice_seed: int | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -254,6 +257,7 @@ class SplitLoaders(L.LightningDataModule):
         self.token_cache_dir = token_cache_dir
         self.selection = dict(selection or {"name": "dev"})
         self.order_seed = order_seed
+        self.slice_seed = slice_seed
         self.pad_to_multiple_of = check_pad_multiple(pad_to_multiple_of)
         if self.selection.get("name") not in MODES:
             raise ConfigError(
@@ -404,6 +408,7 @@ class SplitLoaders(L.LightningDataModule):
                 self.data_seed,
                 self._stratify(),
                 where,
+                self.slice_seed,
             )
         rows = subset_indices(n, self.train_size, self.data_seed, where)
         if not self.heldout:
@@ -415,6 +420,7 @@ class SplitLoaders(L.LightningDataModule):
             self.data_seed,
             self._stratify(),
             where,
+            self.slice_seed,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -9,18 +9,12 @@ import pandas as pd
 
 from bench.report.context import ReportContext
 from bench.report.html import Section, details, frame_table
-from bench.results import stats
+from bench.results import adequacy, stats
+from bench.results.adequacy import setting_of
 
 SETTING = list(stats.SETTING_KEYS)
 #: The learning rate of each freezing family (the fixed one without a search).
 LR = {"frozen": "frozen_head_lr", "finetune": "encoder_lr"}
-
-
-def setting_of(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``cells.json`` record's setting (training size: the cell's, else its config's)."""
-    cell, data = record.get("cell") or {}, (record.get("config") or {}).get("data") or {}
-    size = cell.get("train_size", data.get("train_size")) or stats.WHOLE_SPLIT
-    return {k: str(cell.get(k)) for k in SETTING[:3]} | {"train_size": int(size)}
 
 
 def shown(frame: pd.DataFrame) -> pd.DataFrame:
@@ -41,6 +35,7 @@ def cell_budgets(cells: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         config, found = record.get("config") or {}, record.get("search") or {}
         search, cell = config.get("search") or {}, record.get("cell") or {}
         trials = int(search.get("trials") or 0) if search.get("name", "none") != "none" else 0
+        trials = int(found.get("trials") or trials)  # trained: the grid's size, not its cap
         family = "frozen" if (config.get("freeze") or {}).get("name") == "frozen" else "finetune"
         space = ((search.get("space") or {}).get(family) or {}) if trials else {}
         key = next((k for k in space if k.endswith("_lr")), LR[family])
@@ -50,8 +45,8 @@ def cell_budgets(cells: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         epochs = (config.get("trainer") or {}).get("max_epochs")
         grid = " × ".join(f"{k} ∈ {{{', '.join(map(_g, v))}}}" for k, v in space.items())
         held = f"held out ({size})" if selection.get("name") == "heldout" else "dev"
-        edge = lr in (min(space[key]), max(space[key])) if key in space else None
-        last = bool(best is not None and epochs and best >= epochs - 1)  # epochs count from 0
+        edge = adequacy.is_edge(key, lr, space[key]) if key in space else None
+        last = bool(adequacy.unstopped(best, epochs, chosen.get("stopped_early")))
         row = {"head_label": str(cell.get("head_label")), "seed": cell.get("seed")}
         row |= {"space": grid or f"none ({key} {_g(lr)})", "trials": trials, "selection": held}
         row |= {"max_epochs": epochs, "tuning_s": float(found.get("train_time_s") or 0.0)}
@@ -85,21 +80,30 @@ def adequacy_frame(budgets: pd.DataFrame) -> pd.DataFrame:
 
 
 def budget_section(ctx: ReportContext) -> Section | None:
-    """The budget per setting and the adequacy of each head's search; None without cells."""
-    budgets = cell_budgets(c for c in ctx.inputs.cells if isinstance(c, dict))
+    """The budget per setting and the adequacy of each head's search; None without cells.
+
+    The adequacy line and table are :func:`bench.results.adequacy.adequacy`'s (the scores
+    frame's ``adequate`` and ``edge``), with every option's choices counted.
+    """
+    cells = [c for c in ctx.inputs.cells if isinstance(c, dict)]
+    budgets = cell_budgets(cells)
     if budgets.empty:
         return None
-    frame, adequacy = budget_frame(budgets), adequacy_frame(budgets)
+    frame, searched = budget_frame(budgets), adequacy_frame(budgets)
+    verdicts = adequacy.adequacy(cells)
     caption = (
         f"{len(frame[SETTING].drop_duplicates())} settings; "
         f"{frame.duplicated(SETTING).sum()} gave their heads unequal budgets (two rows)."
     )
     parts = [frame_table(shown(frame), caption, {"tuning min": "{:.1f}"})]
-    if len(adequacy):
-        caption = (
-            f"{adequacy['at_edge'].sum()} of {len(adequacy)} heads selected a learning rate at "
-            f"its grid's edge; {adequacy['last_epoch'].sum()} of {adequacy['runs'].sum()} runs "
-            "selected their last allowed epoch."
-        )
-        parts.append(details(caption, frame_table(shown(adequacy))))
+    line = adequacy.summary(verdicts)
+    if line:
+        caption = f"{line[0].upper()}{line[1:]}."
+        if len(searched):
+            caption += (
+                f" {searched['at_edge'].sum()} of {len(searched)} heads selected a learning rate "
+                f"at its grid's edge; {searched['last_epoch'].sum()} of {searched['runs'].sum()} "
+                "runs selected their last allowed epoch."
+            )
+        parts.append(details(caption, frame_table(shown(verdicts))))
     return Section("budget", "Budget, search and seeds", "\n".join(parts))

@@ -45,6 +45,9 @@ _RUN_COLUMNS = (
     "reason run_dir best_constant selection trial selection_score git_commit summary_token"
 )
 TABLE_COLUMNS = [*CELL_COLUMNS, *_RUN_COLUMNS.split(), *AXIS_COLUMNS]
+#: Whether early stopping ended the run (``trainer.early_stopping``): a column of the tables
+#: of sweeps that used it, absent from the others (their bytes are unchanged).
+STOPPED_EARLY = "stopped_early"
 _TAIL = ["split", "metric", "value", "baseline", "best_constant"]  # a row's own columns
 _NUMBERS = {"seed", *AXIS_COLUMNS, "value", "baseline", "best_epoch", "trainable_params"}
 _NUMBERS |= {"train_time_s", "best_constant", "trial", "selection_score"}
@@ -146,6 +149,9 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
             # The token one-token heads read: results before decoders were all first-token.
             summary_token=_stored(_dig(res, "encoder_info", "summary", default="first"), str),
         )
+        stopped = _dig(res, "selection", "stopped_early")  # early stopping on: True or False
+        if isinstance(stopped, bool):
+            base[STOPPED_EARLY] = stopped
         best = _dig(res, "best", "metrics") or {}
         found = [(s, m, v) for s, values in best.items() for m, v in values.items()]
         for split, metric, value in found if res.get("status") == "ok" and best else [(None,) * 3]:
@@ -153,7 +159,8 @@ def tidy(results: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 _dig(res, key, split, "metrics", metric) for key in ("baseline", "best_constant")
             ]
             rows.append({**base, **dict(zip(_TAIL, [split, metric, value, *extra], strict=True))})
-    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    stopping = any(STOPPED_EARLY in row for row in rows)  # a column only where it was used
+    return pd.DataFrame(rows, columns=[*TABLE_COLUMNS, *([STOPPED_EARLY] if stopping else [])])
 
 
 def table_files(table: pd.DataFrame) -> dict[str, bytes]:

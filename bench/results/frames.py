@@ -18,9 +18,9 @@ from scipy import stats as sps
 from seqeval.scheme import IOB2, Entities
 from statsmodels.stats.multitest import multipletests
 
-from bench.axes.heads import head_order
+from bench.axes.heads import ANCHOR, head_order
 from bench.data.tasks import ALL_TASKS, TokenTaskSpec
-from bench.results import crossed, stats
+from bench.results import adequacy, crossed, stats
 from bench.results.studies import Margin, Study, family_of, margins_of, studies_of
 
 #: A setting: every axis of a cell except head and seed; what pairs two heads' runs.
@@ -37,6 +37,7 @@ SCORE_COLUMNS = [
     *SETTING,
     *["head_label", "family", "metric", "n", "n_failed", "mean", "sd", *_ERRORS, "low", "high"],
     *["clipped", "best_constant", "beats_constant", "best", "beats_all", "interval_method"],
+    *adequacy.COLUMNS,
 ]
 COMPARISON_COLUMNS = [
     *SETTING,
@@ -172,9 +173,16 @@ def _interval(frame: pd.DataFrame, confidence: float | pd.Series) -> tuple[pd.Se
 
 
 def scores(
-    runs: pd.DataFrame, loo: Mapping[tuple, np.ndarray] | None = None, studies: Sequence[Study] = ()
+    runs: pd.DataFrame,
+    loo: Mapping[tuple, np.ndarray] | None = None,
+    studies: Sequence[Study] = (),
+    cells: Sequence[Mapping[str, Any]] = (),
 ) -> pd.DataFrame:
-    """One row per setting × head (:data:`SCORE_COLUMNS`); ``loo``: :func:`jackknife_runs`."""
+    """One row per setting × head (:data:`SCORE_COLUMNS`); ``loo``: :func:`jackknife_runs`.
+
+    ``cells`` (``cells.json`` records) give the adequacy of each head's search
+    (:mod:`bench.results.adequacy`); without them it is NA.
+    """
     loo = loo or {}
     rows = []
     runs = stats.fill_axes(runs).sort_values(stats.RUN_KEYS, kind="stable")
@@ -210,7 +218,7 @@ def scores(
         beats_all=False,
         interval_method=np.where(frame["se_dev"].isna(), *METHODS),
     )
-    return frame[SCORE_COLUMNS]
+    return adequacy.with_adequacy(frame, cells)[SCORE_COLUMNS]
 
 
 def comparisons(
@@ -364,9 +372,16 @@ def build(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(scores, comparisons)`` of run values and their predictions (empty: seeds only)."""
     loo = jackknife_runs(predictions, runs)
-    score_frame = scores(runs, loo, studies)
-    comparison_frame = comparisons(runs, score_frame, loo, studies, margins, cells, order)
-    return mark_best(score_frame, comparison_frame), comparison_frame
+    score_frame = scores(runs, loo, studies, cells)
+    # anchors (head=anchor: fitted by scikit-learn) are shown beside the heads, not ranked
+    # among them: no verdicts, no share of a Holm family, never the setting's best
+    anchor = runs["head"].eq(ANCHOR) if "head" in runs else pd.Series(False, runs.index)
+    heads = runs[~anchor]
+    comparison_frame = comparisons(heads, score_frame, loo, studies, margins, cells, order)
+    ranked = score_frame[~score_frame["head_label"].isin(runs.loc[anchor, "head_label"])]
+    marked, done = mark_best(ranked, comparison_frame), score_frame.copy()
+    done.loc[marked.index, ["best", "beats_all"]] = marked[["best", "beats_all"]]
+    return done, comparison_frame
 
 
 def from_results(

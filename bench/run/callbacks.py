@@ -19,11 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.errors import ConfigError, HeadbenchError
+from bench.results import adequacy
 from bench.results.collect import (
     collect,
     dropped_at_launch,
     launch_refusal,
     print_summary,
+    read_results,
     results_lock,
 )
 from bench.results.run_records import log_launch_event
@@ -103,6 +105,8 @@ class CollectResults(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Collect ``<results_dir>/results.csv``, print a summary, write the HTML report.
 
+        The summary ends with the adequacy of each head's search (:func:`warn_adequacy`).
+
         Collects the sweep directory alone: a results directory that holds cells of other
         run directories is left as it is, and the sweep exits 1 with collect's message,
         which names the command that collects every root together.
@@ -125,6 +129,7 @@ class CollectResults(Callback):
 
         table = collect([config.hydra.sweep.dir], config.results_dir)
         print_summary(table)
+        warn_adequacy(config.hydra.sweep.dir)
         report_file = config.get("report_file")
         readme = bool(config.get("results_readme", False))
         if not config.results_dir or table.empty or not (report_file or readme):
@@ -153,6 +158,18 @@ class CollectResults(Callback):
                     print(f"note: {not_generated_message(folder / README)}")
                 else:
                     print(f"README: {written}")
+
+
+def warn_adequacy(sweep_dir: str | Path) -> None:
+    """Print the adequacy line of a sweep's cells; a warning naming each flagged setting × head.
+
+    Args:
+        sweep_dir: The sweep's run directory (its ``result.json`` files are read).
+    """
+    frame = adequacy.adequacy(read_results([sweep_dir])[0])
+    line, flagged = adequacy.summary(frame), adequacy.flagged_lines(frame)
+    if line:
+        print("\n  ".join([f"warning: {line}:", *flagged]) if flagged else line)
 
 
 def _not_written(what: str, err: Exception) -> None:

@@ -215,7 +215,9 @@ def _dry_run(args: list[str]) -> None:
 
     That is: a cell refused by preflight, a sweep whose cells would share a run directory
     (the launch refuses it), or a launcher that would over-pack the GPU. A selection slice
-    that a training subset leaves smaller than ``selection.size`` is said (:func:`_capped`).
+    that a training subset leaves smaller than ``selection.size`` is said (:func:`_capped`),
+    and the process-hours of what would run are projected from measured runs
+    (:mod:`bench.run.projection`).
     """
     multirun = any(a in _MULTIRUN_FLAGS for a in args)
     overrides = [a for a in args if a not in _MULTIRUN_FLAGS]
@@ -224,12 +226,15 @@ def _dry_run(args: list[str]) -> None:
         _usage_error(
             f"--dry-run takes overrides and -m only; not supported here: {' '.join(flags)}"
         )
+    from bench.run import projection
     from bench.run.packing import PackCheck
 
     pack = PackCheck()
     notes: dict[str, int] = {}
+    composed: list[DictConfig] = []  # each cell that will run, checked in the plan's order
 
     def check(cfg: DictConfig) -> None:
+        composed.append(cfg)
         _check_cell_and_logger(cfg)
         pack(cfg)
         note = _capped(cfg)
@@ -245,6 +250,7 @@ def _dry_run(args: list[str]) -> None:
     print_plan(cells)
     for note, count in notes.items():
         print(f"selection: {note} ({count} cell{'s' if count > 1 else ''})")
+    projection.print_projection(cells, composed)
     try:  # hydra/launcher=gpu_pack: how many cells fit on the GPU at once
         packing = pack.line()
         if packing:

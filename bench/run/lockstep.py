@@ -55,6 +55,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from bench.axes.heads import ANCHOR
 from bench.cell import RESULT_FILE, TRIAL_FILE, config_hash
 from bench.data.tasks import get_task
 from bench.errors import ConfigError, DivergedError
@@ -128,6 +129,8 @@ def group_key(cfg: DictConfig, selected: bool = False) -> str:
         raise NotLockstep(
             f"freeze={freeze}: lock-step trains frozen heads only (valid choice: frozen)"
         )
+    if OmegaConf.select(cfg, "head.name", default=None) == ANCHOR:
+        raise NotLockstep("head=anchor: fitted by scikit-learn, not trained; it runs alone")
     if OmegaConf.select(cfg, "order_seed", default=None) is None:
         raise NotLockstep(
             "order_seed is null: the batch order then comes from `seed` after the head's "

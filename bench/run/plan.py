@@ -29,9 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import unwritable_reason
 from bench.axes.sweep import expand
-from bench.cell import TRIAL_FILE, TRIALS_DIR, cell_path, check_identity, config_hash
+from bench.cell import TRIAL_FILE, cell_path, check_identity, config_hash
 from bench.errors import ConfigError, HeadbenchError
 from bench.run.resume import CellState, ResumePolicy, cell_state, running_elsewhere, should_run
+from bench.run.search import cell_trials_dir, trial_count
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class PlannedCell:
         state: What the run directory holds now.
         will_run: Whether launching the sweep now trains this cell.
         problem: Why the preflight check refuses the cell (it would be recorded failed).
-        trials: The search budget of its setting (``search.trials``; 0 = no search).
+        trials: The trials its search trains (0 = no search).
+        trials_dir: Where they are stored: its setting's, or its own seed's under pairing.
     """
 
     overrides: tuple[str, ...]
@@ -53,6 +55,7 @@ class PlannedCell:
     will_run: bool
     problem: str | None = None
     trials: int = 0
+    trials_dir: Path | None = None
 
 
 def _job_overrides(cfg: DictConfig, overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -228,8 +231,18 @@ def plan(
                     check(cfg)
                 except HeadbenchError as err:
                     problem = f"{type(err).__name__}: {err}"
-            trials = int(OmegaConf.select(cfg, "search.trials", default=0) or 0)
-            cells.append(PlannedCell(tuple(job), run_dir, state, will_run, problem, trials))
+            trials = trial_count(cfg)  # the grid's size under the full grid; an anchor: none
+            cells.append(
+                PlannedCell(
+                    tuple(job),
+                    run_dir,
+                    state,
+                    will_run,
+                    problem,
+                    trials,
+                    cell_trials_dir(cfg, run_dir) if trials else None,
+                )
+            )
         check_output_dirs(base, multirun)
     return cells
 
@@ -301,17 +314,17 @@ def print_plan(cells: list[PlannedCell]) -> None:
     states = ", ".join(f"{counts[s]} {s}" for s in sorted(counts))
     failing = f" ({refused} would fail preflight)" if refused else ""
     print(f"{len(cells)} cells: {states}; {to_run} would run{failing}")
-    budgets = {c.run_dir.parent: c.trials for c in cells if c.will_run and c.trials}
+    budgets = {c.trials_dir: c.trials for c in cells if c.will_run and c.trials_dir}
     if budgets:
         stored = sum(
             1
             for folder, n in budgets.items()
             for k in range(1, n + 1)
-            if (folder / TRIALS_DIR / f"trial={k}" / TRIAL_FILE).is_file()
+            if (folder / f"trial={k}" / TRIAL_FILE).is_file()
         )
         print(
-            f"search: {sum(budgets.values())} trial trainings over {len(budgets)} settings "
-            f"({stored} stored), shared by each setting's seeds"
+            f"search: {sum(budgets.values())} trial trainings in {len(budgets)} searches "
+            f"({stored} stored); a search serves its setting's seeds, or one seed under pairing"
         )
     shared = collisions(cells)
     if shared:

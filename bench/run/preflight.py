@@ -44,8 +44,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.axes import encoders, freezing
-from bench.cell import SEED_RANGE, check_identity, reads_cached_states
+from bench.axes import encoders, freezing, heads
+from bench.cell import PAIRINGS, SEED_RANGE, check_identity, reads_cached_states
 from bench.data import selection, tasks
 from bench.data.location import check_local_data, count_examples
 from bench.data.padding import check_pad_multiple, widest_batch
@@ -104,6 +104,8 @@ TYPED_KEYS: dict[str, Range] = {
     "trainer.max_epochs": Range(INT, 1),
     "trainer.gradient_clip_val": Range((int, float, None), 0),  # 0 or null: no clipping
     "trainer.log_every_n_steps": Range(INT, 0),  # 0: Lightning logs no steps
+    # evaluations without improvement on the selection slice before training stops; null: off
+    "trainer.early_stopping.patience": Range((int, None), 1),
     "optim.encoder_lr": RATE,
     "optim.head_lr": RATE,
     "optim.frozen_head_lr": RATE,
@@ -359,16 +361,35 @@ def check_protocol(cfg: DictConfig) -> None:
                 f"selection.carve={carve!r}; valid choices: {', '.join(selection.CARVES)} "
                 "(first: one slice for every training size of a learning curve)"
             )
+    stopping = OmegaConf.select(cfg, "trainer.early_stopping", default=None)
+    if stopping is not None and not isinstance(stopping, DictConfig):
+        raise ConfigError(
+            f"trainer.early_stopping={stopping!r}: give the patience as "
+            "+trainer.early_stopping.patience=N (evaluations without improvement)"
+        )
+    paired = OmegaConf.select(cfg, "search.pairing", default=None)
+    if paired not in PAIRINGS:
+        raise ConfigError(f"search.pairing={paired!r}; valid choices: null, seed")
+    if paired is not None and OmegaConf.select(cfg, "order_seed", default=None) is not None:
+        raise ConfigError(
+            f"order_seed={cfg.order_seed} with search.pairing={paired}: the pairing draws the "
+            "batch order from `seed`; leave order_seed null (or search.pairing=null)"
+        )
     if search.enabled(cfg):
-        sampler = OmegaConf.select(cfg, "search.sampler", default=None)
-        if sampler not in search.SAMPLERS:
+        for key, valid in (("sampler", search.SAMPLERS), ("tie_rule", search.TIE_RULES)):
+            value = OmegaConf.select(cfg, f"search.{key}", default=valid[0])
+            if value not in valid:
+                raise ConfigError(f"search.{key}={value!r}; valid choices: {', '.join(valid)}")
+        if paired is not None and OmegaConf.select(cfg, "search.order_seed") is not None:
             raise ConfigError(
-                f"search.sampler={sampler!r}; valid choices: {', '.join(search.SAMPLERS)}"
+                f"search.order_seed with search.pairing={paired}: the trials train the cell's "
+                "own seed and batch order; leave search.order_seed null"
             )
-        seed = OmegaConf.select(cfg, "search.seed", default=None)
+        seed = 0 if paired else OmegaConf.select(cfg, "search.seed")  # paired: the cell's
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"search.seed={seed!r}: must be a non-negative integer")
-        search.draw_trials(search.space_of(cfg), cfg.search.trials, seed)
+        sampler = str(cfg.search.get("sampler"))
+        search.draw_trials(search.space_of(cfg), cfg.search.trials, seed, sampler)
 
 
 def check_cached_precision(cfg: DictConfig) -> None:
@@ -700,7 +721,10 @@ def check_cell(cfg: DictConfig, here: bool = True) -> None:
     # The head's own options first: a head/task mismatch is the more basic error.
     from bench.model.task_types import task_type  # the heads and torchmetrics: seconds
 
-    task_type(spec).build_head(head, facts["hidden_size"], layers)
+    if head.get("name") == heads.ANCHOR:  # fitted, not trained: no module (bench/run/anchors.py)
+        heads.check_anchor(head, spec, strategy.name, reads_cached_states(cfg))
+    else:
+        task_type(spec).build_head(head, facts["hidden_size"], layers)
     if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
         raise ConfigError(
             f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "

@@ -13,9 +13,16 @@ protocol"). With ``search=random`` a cell is trained in two stages:
    ``<task>/<encoder>/<head>/<freeze>/trials/trial=<k>/trial.json``; a finished trial is
    never trained again, and two processes share the work (a trial another process holds is
    left to it and waited for at the end).
-2. **Selection and the seed.** The trial with the best selection-slice score (ties: the
-   lower number) wins; its configuration trains the cell's own ``seed``, whose result names
-   the selected trial and lists every trial's score (``result["search"]``).
+2. **Selection and the seed.** The trial with the best selection-slice score wins (ties:
+   ``search.tie_rule``, :data:`TIE_RULES`; the lower number by default); its configuration
+   trains the cell's own ``seed``, whose result names the selected trial, the trials that
+   tied and the rule, and lists every trial's score (``result["search"]``).
+
+``search=grid`` (protocol v3) tries every configuration (``sampler: full_grid``), and with
+``pairing: seed`` each seed runs its own search: the trials train the cell's seed, batch
+order (:func:`bench.cell.batch_order_seed`: shared by every head) and selection slice
+(:func:`bench.cell.slice_seed`), live in ``trials/seed=<n>/trial=<k>/``, and the selected
+trial trains exactly as the cell then does.
 
 Torch-free except through :func:`bench.run.train.run`, which it calls.
 """
@@ -34,7 +41,8 @@ import numpy as np
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 
-from bench.cell import TRIAL_FILE, TRIALS_DIR, config_hash
+from bench.axes.heads import ANCHOR
+from bench.cell import TRIAL_FILE, TRIALS_DIR, config_hash, pairing
 from bench.data.tasks import get_task
 from bench.errors import ConfigError
 
@@ -44,8 +52,14 @@ log = logging.getLogger(__name__)
 FAMILIES = ("frozen", "finetune")
 #: Space keys that are not ``optim`` keys: ``head_lr_ratio`` sets ``head_lr`` from ``encoder_lr``.
 DERIVED_KEYS = ("head_lr_ratio",)
-#: Samplers: ``random_grid`` draws a fixed-seed permutation of the grid (the only one yet).
-SAMPLERS = ("random_grid",)
+#: Samplers: ``random_grid`` draws the first ``trials`` of a fixed-seed permutation of the grid;
+#: ``full_grid`` tries every configuration, in the grid's declared order.
+SAMPLERS = ("random_grid", "full_grid")
+#: ``search.tie_rule``, how trials with equal selection scores are ordered: ``trial`` = the
+#: lowest trial number (the rule before the option); ``lowest_values`` = the lowest value of
+#: each space key in the declared order (the frozen space: the lowest learning rate, then the
+#: lowest weight decay), then the lowest trial number.
+TIE_RULES = ("trial", "lowest_values")
 _LOCK = ".running.lock"
 #: Trial statuses that are final: a diverged trial is a real outcome of its configuration.
 _FINAL = ("ok", "diverged")
@@ -55,7 +69,9 @@ Runner = Callable[..., dict[str, Any]]
 
 
 def enabled(cfg: DictConfig) -> bool:
-    """Whether the cell runs a search (``search.trials`` > 0)."""
+    """Whether the cell runs a search (``search.trials`` > 0; an anchor never does)."""
+    if OmegaConf.select(cfg, "head.name", default=None) == ANCHOR:  # bench/run/anchors.py
+        return False
     return int(OmegaConf.select(cfg, "search.trials", default=0) or 0) > 0
 
 
@@ -87,29 +103,70 @@ def space_of(cfg: DictConfig) -> dict[str, list[Any]]:
     return {str(k): list(v) for k, v in space.items()}
 
 
-def draw_trials(space: dict[str, list[Any]], trials: int, seed: int) -> list[dict[str, Any]]:
-    """The first ``trials`` configurations of a fixed-seed permutation of the grid.
+def draw_trials(
+    space: dict[str, list[Any]], trials: int, seed: int, sampler: str = "random_grid"
+) -> list[dict[str, Any]]:
+    """The configurations a search trains: a fixed-seed draw, or the whole grid.
 
     Args:
         space: Values per key; the grid is their product in the declared order.
-        trials: The budget.
-        seed: The draw's seed.
+        trials: The budget: how many to draw (``random_grid``), or the most the grid may
+            hold (``full_grid``, which trains every configuration).
+        seed: The draw's seed (``random_grid``).
+        sampler: One of :data:`SAMPLERS`.
 
     Returns:
         One dict of values per trial (trial ``k`` is entry ``k - 1``).
 
     Raises:
-        ConfigError: When the budget exceeds the grid.
+        ConfigError: When the budget exceeds the grid (``random_grid``) or the grid
+            exceeds the budget (``full_grid``).
     """
     keys = list(space)
     grid = [dict(zip(keys, values, strict=True)) for values in itertools.product(*space.values())]
-    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= len(grid):
+    sizes = " × ".join(f"{k}({len(v)})" for k, v in space.items())
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ConfigError(f"search.trials={trials!r}: must be a positive integer")
+    if sampler == "full_grid":
+        if len(grid) > trials:
+            raise ConfigError(
+                f"search.trials={trials}: search.sampler=full_grid trains every configuration, "
+                f"but the grid {sizes} has {len(grid)}; raise search.trials or shrink the space"
+            )
+        return grid
+    if trials > len(grid):
         raise ConfigError(
             f"search.trials={trials!r}: must be an integer from 1 to {len(grid)} (the size of "
-            f"the grid {' × '.join(f'{k}({len(v)})' for k, v in space.items())})"
+            f"the grid {sizes})"
         )
     order = np.random.default_rng(seed).permutation(len(grid))
     return [grid[i] for i in order[:trials]]
+
+
+def search_seed(cfg: DictConfig) -> int:
+    """The seed that draws the trials and trains them: the cell's own under ``pairing: seed``."""
+    return int(cfg.seed if pairing(cfg) == "seed" else cfg.search.seed)
+
+
+def draws_of(cfg: DictConfig) -> list[dict[str, Any]]:
+    """The configurations of the cell's search (:func:`draw_trials` on the cell's settings)."""
+    sampler = str(OmegaConf.select(cfg, "search.sampler", default="random_grid"))
+    return draw_trials(space_of(cfg), int(cfg.search.trials), search_seed(cfg), sampler)
+
+
+def trial_count(cfg: DictConfig) -> int:
+    """How many trials the cell's search trains (0 without a search).
+
+    ``search.trials`` for ``random_grid``; the grid's size for ``full_grid`` (where
+    ``search.trials`` is only a ceiling). An invalid space counts its budget (preflight
+    names the problem).
+    """
+    if not enabled(cfg):
+        return 0
+    try:
+        return len(draws_of(cfg))
+    except ConfigError:
+        return int(cfg.search.trials)
 
 
 def apply_values(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
@@ -134,20 +191,37 @@ def trial_config(cfg: DictConfig, values: dict[str, Any]) -> DictConfig:
     The trial's batch order comes from ``search.order_seed`` when it is set (the trials of
     every head of a setting then see the same batches: they can train in lock-step,
     :mod:`bench.run.lockstep`), else from the search seed (``order_seed`` null). Either way
-    trials are shared by every seed and order seed of the cell's setting.
+    trials are shared by every seed and order seed of the cell's setting. Under
+    ``search.pairing: seed`` a trial trains the cell's own seed, batch order and selection
+    slice (it keeps ``pairing``), so the selected trial trains exactly as the cell does.
     """
     out = apply_values(cfg, values)
-    OmegaConf.update(out, "seed", int(cfg.search.seed), merge=False)
+    OmegaConf.update(out, "seed", search_seed(cfg), merge=False)
     order_seed = OmegaConf.select(cfg, "search.order_seed", default=None)
     if "order_seed" in out or order_seed is not None:
         OmegaConf.update(out, "order_seed", order_seed, merge=False)
-    OmegaConf.update(out, "search", {"name": "none", "trials": 0}, merge=False)
+    own: dict[str, Any] = {"name": "none", "trials": 0}
+    if pairing(cfg) is not None:
+        own["pairing"] = pairing(cfg)
+    OmegaConf.update(out, "search", own, merge=False)
     return out
 
 
-def trials_dir(run_dir: str | Path) -> Path:
-    """Where the trials of a cell's setting live: beside its ``seed=<n>`` directories."""
-    return Path(run_dir).parent / TRIALS_DIR
+def trials_dir(run_dir: str | Path, seed: int | None = None) -> Path:
+    """Where the trials of a cell's setting live: beside its ``seed=<n>`` directories.
+
+    Args:
+        run_dir: The cell's run directory.
+        seed: Under ``search.pairing: seed``, the seed whose own search it is
+            (``trials/seed=<n>/``); None: the setting's one search (``trials/``).
+    """
+    root = Path(run_dir).parent / TRIALS_DIR
+    return root if seed is None else root / f"seed={seed}"
+
+
+def cell_trials_dir(cfg: DictConfig, run_dir: str | Path) -> Path:
+    """The folder of the trials this cell's search reads (its own seed's under pairing)."""
+    return trials_dir(run_dir, int(cfg.seed) if pairing(cfg) == "seed" else None)
 
 
 def read_trial(path: Path, expected_hash: str) -> dict[str, Any] | None:
@@ -196,10 +270,9 @@ def pending_trials(
     Raises:
         ConfigError: For an invalid space or budget.
     """
-    draws = draw_trials(space_of(cfg), int(cfg.search.trials), int(cfg.search.seed))
     missing = []
-    for k, values in enumerate(draws, start=1):
-        folder = trials_dir(run_dir) / f"trial={k}"
+    for k, values in enumerate(draws_of(cfg), start=1):
+        folder = cell_trials_dir(cfg, run_dir) / f"trial={k}"
         tcfg = trial_config(cfg, values)
         if read_trial(folder / TRIAL_FILE, config_hash(tcfg)) is None:
             missing.append((tcfg, folder, _trial_extra(k, values)))
@@ -247,8 +320,8 @@ def run_trials(cfg: DictConfig, run_dir: str | Path, runner: Runner) -> list[dic
     Returns:
         One record per trial, in trial order.
     """
-    draws = draw_trials(space_of(cfg), int(cfg.search.trials), int(cfg.search.seed))
-    root = trials_dir(run_dir)
+    draws = draws_of(cfg)
+    root = cell_trials_dir(cfg, run_dir)
     records: dict[int, dict[str, Any]] = {}
     for wait in (False, True):  # first the free trials, then those other processes hold
         for k, values in enumerate(draws, start=1):
@@ -267,30 +340,61 @@ def selection_score(record: dict[str, Any], metric: str) -> float:
     return -math.inf if value is None or not math.isfinite(value) else float(value)
 
 
-def select_trial(records: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """The trial with the best selection score (ties: the lowest number); None if all failed."""
-    scored = [(selection_score(r, metric), -int(r["trial"]), r) for r in records]
-    best = max(scored, key=lambda s: (s[0], s[1]), default=None)
-    if best is None or best[0] == -math.inf:
+def tie_rule(cfg: DictConfig) -> str:
+    """The cell's ``search.tie_rule`` (:data:`TIE_RULES`); ``trial`` when the config has none."""
+    return str(OmegaConf.select(cfg, "search.tie_rule", default=None) or TIE_RULES[0])
+
+
+def select_trial(
+    records: list[dict[str, Any]], metric: str, rule: str = "trial", keys: list[str] | None = None
+) -> dict[str, Any] | None:
+    """The trial with the best selection score, ties broken by ``rule``; None if all failed.
+
+    Args:
+        records: The trials' records (``trial``, ``status``, ``selection``, ``trial_config``).
+        metric: The selection metric (higher is better).
+        rule: One of :data:`TIE_RULES`.
+        keys: The space's keys in declared order (``lowest_values``); None: the order of
+            each record's ``trial_config``.
+    """
+    scored = [(selection_score(r, metric), r) for r in records]
+    best = max((s for s, _ in scored), default=-math.inf)
+    if best == -math.inf:
         return None
-    return best[2]
+    tied = [r for s, r in scored if s == best]
+
+    def order(record: dict[str, Any]) -> tuple[Any, ...]:
+        values = record.get("trial_config") or {}
+        lowest = [values[k] for k in keys or values] if rule == "lowest_values" else []
+        return (*lowest, int(record["trial"]))
+
+    return min(tied, key=order)
 
 
 def search_record(
     cfg: DictConfig, records: list[dict[str, Any]], chosen: dict[str, Any]
 ) -> dict[str, Any]:
-    """What the cell's result says about its search."""
+    """What the cell's result says about its search.
+
+    ``tied`` lists the trials that share the best selection score (one trial: no tie),
+    ``tie_rule`` how :func:`select_trial` chose among them.
+    """
     metric = get_task(str(cfg.task.name)).main_metric
+    scores = {str(r["trial"]): selection_score(r, metric) for r in records}
+    best = scores[str(chosen["trial"])]
     return {
         "name": str(cfg.search.name),
         "sampler": str(cfg.search.get("sampler", "random_grid")),
-        "trials": int(cfg.search.trials),
-        "seed": int(cfg.search.seed),
+        "trials": len(records),
+        "seed": search_seed(cfg),
+        "pairing": pairing(cfg),
         "family": family(str(cfg.freeze.name)),
         "metric": metric,
         "selected": int(chosen["trial"]),
         "selected_config": chosen["trial_config"],
-        "scores": {str(r["trial"]): selection_score(r, metric) for r in records},
+        "tie_rule": tie_rule(cfg),
+        "tied": [int(k) for k, v in scores.items() if v == best],
+        "scores": scores,
         "statuses": {str(r["trial"]): r.get("status") for r in records},
         "train_time_s": sum(float(r.get("wall_time_s") or 0.0) for r in records),
     }
@@ -318,7 +422,7 @@ def select_config(
     except ConfigError as err:
         return cfg, {"failure": str(err)}
     metric = get_task(str(cfg.task.name)).main_metric
-    chosen = select_trial(records, metric)
+    chosen = select_trial(records, metric, tie_rule(cfg), list(space_of(cfg)))
     if chosen is None:
         reasons = "; ".join(f"trial {r['trial']}: {r.get('reason')}" for r in records)
         return cfg, {"failure": f"every search trial failed ({reasons})"}

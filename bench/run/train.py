@@ -20,11 +20,22 @@ from typing import Any, cast
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
 from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import atomic_write_json
+from bench.axes.heads import ANCHOR
 from bench.cache.serve import ServedFeatures, StatesCollate, serve_features
-from bench.cell import HASH_RECIPE, RESULT_FILE, RESULT_SCHEMA, cell_of, cell_path, config_hash
+from bench.cell import (
+    HASH_RECIPE,
+    RESULT_FILE,
+    RESULT_SCHEMA,
+    batch_order_seed,
+    cell_of,
+    cell_path,
+    config_hash,
+    slice_seed,
+)
 from bench.clock import utc_now
 from bench.data.baselines import best_constant
 from bench.data.selection import SELECTION_SPLIT
@@ -89,6 +100,8 @@ def _selection_record(
     if datamodule.heldout:
         ids = datamodule.selection_ids
         record.update(size=len(ids), seed=data_seed, carve=datamodule.carve, ids=ids)
+        if datamodule.slice_seed is not None:  # the cell's own slice (search.pairing: seed)
+            record["slice_seed"] = datamodule.slice_seed
     return record
 
 
@@ -152,8 +165,9 @@ def build_datamodule(cfg: DictConfig) -> Any:
         group_by_length=cfg.data.get("group_by_length", False),
         token_cache_dir=cache_dir(cast(dict[str, Any] | None, cache), "tokenized"),
         selection=_selection_config(cfg),
-        order_seed=OmegaConf.select(cfg, "order_seed", default=None),
+        order_seed=batch_order_seed(cfg),
         pad_to_multiple_of=cfg.data.get("pad_to_multiple_of"),
+        slice_seed=slice_seed(cfg),
     )
 
 
@@ -272,6 +286,26 @@ class ConfigureMalloc(L.Callback):
         configure_malloc(self.mode)
 
 
+def early_stopping(
+    patience: int | None, eval_names: list[str], metric: str
+) -> EarlyStopping | None:
+    """Lightning's early stopping on the selecting split's main metric; None when off.
+
+    Args:
+        patience: ``trainer.early_stopping.patience``: evaluations without improvement
+            before training stops; None = off (train every epoch).
+        eval_names: The evaluated splits; the first selects (the selection slice).
+        metric: The task's main metric (higher is better), as the module logs it.
+    """
+    if patience is None:
+        return None
+    # strict=False: an epoch whose metric is undefined (e.g. constant predictions) is not
+    # logged, and counts as no evaluation rather than failing the cell.
+    return EarlyStopping(
+        monitor=f"{eval_names[0]}/{metric}", mode="max", patience=int(patience), strict=False
+    )
+
+
 def _train(
     cfg: DictConfig,
     run_dir: Path,
@@ -287,6 +321,10 @@ def _train(
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     assert isinstance(trainer_kwargs, dict)
     trainer_kwargs.pop("name", None)
+    stopping = cast(dict[str, Any], trainer_kwargs.pop("early_stopping", None) or {})
+    stopper = early_stopping(
+        stopping.get("patience"), datamodule.eval_names, setup.spec.main_metric
+    )
     module.compile_mode = check_compile_mode(trainer_kwargs.pop("compile", False))
     module.matmul_precision = check_matmul_precision(trainer_kwargs.pop("matmul_precision", None))
     process_precision = torch.get_float32_matmul_precision()  # put back after the cell
@@ -294,7 +332,7 @@ def _train(
     with phase(result, "trainer"):
         trainer = L.Trainer(
             **trainer_strategy({str(k): v for k, v in trainer_kwargs.items()}),  # ddp_spawn
-            callbacks=[timer, ConfigureMalloc(malloc)],
+            callbacks=[timer, ConfigureMalloc(malloc), *([stopper] if stopper else [])],
             default_root_dir=run_dir,
             logger=cell_loggers(cfg, run_dir, tracker),  # CSV, TensorBoard, the tracker
             enable_checkpointing=False,
@@ -321,6 +359,8 @@ def _train(
             result["compile"] = {"mode": module.compile_mode, "applied": bool(module.compiled)}
     with phase(result, "conclude"):
         conclude_cell(cfg, run_dir, result, setup)
+    if stopper is not None:  # read by the adequacy check (bench/results/adequacy.py)
+        result["selection"]["stopped_early"] = stopper.stopped_epoch > 0
 
 
 def conclude_cell(cfg: DictConfig, run_dir: Path, result: dict[str, Any], setup: CellSetup) -> None:
@@ -416,7 +456,14 @@ def run(
         tracker = open_tracker(cfg, result) if report else None
         if failure is not None:
             raise SearchFailed(failure)
-        _train(cfg, run_dir, result, report, tracker)
+        if OmegaConf.select(cfg, "head.name") == ANCHOR:  # fitted by scikit-learn, not trained
+            from bench.run import anchors  # scikit-learn: imported for an anchor only
+
+            setup = prepare_cell(anchors.stand_in(cfg), result, report)
+            anchors.fit_anchor(cfg, setup, result)
+            conclude_cell(cfg, run_dir, result, setup)
+        else:
+            _train(cfg, run_dir, result, report, tracker)
         result["status"] = "ok"
     except BaseException as err:
         stop = interrupts.as_interruption(err)
