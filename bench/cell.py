@@ -7,7 +7,7 @@ freezing strategy × seed. Everything else derives from the composed config here
 - :func:`cell_path`: the run directory below the sweep root,
   ``task/encoder/head_label/freeze_label/seed=N`` (never a timestamp), with the optional
   axes of :data:`AXIS_COLUMNS` where a cell sets them
-  (``.../train_size=400/seed=N-order=M``);
+  (``.../train_size=400/seed=N-order=M``); a siamese pair cell's head label ends ``-siamese``;
 - :func:`config_hash`: a content hash of everything that changes a cell's numbers, which
   resume compares with the stored result (recipe :data:`HASH_RECIPE`);
 - :data:`RESULT_FILE` and :data:`RESULT_SCHEMA`: the file each cell writes and its version.
@@ -319,6 +319,8 @@ def config_hash(cfg: DictConfig) -> str:
     order_seed = cfg.get("order_seed")
     if order_seed is not None:  # added with the seed split: None is the old behaviour
         hashed["order_seed"] = order_seed
+    if cfg.get("pair_encoding") == "siamese":  # added later: cross (or null) is as before
+        hashed["pair_encoding"] = "siamese"
     if cfg.freeze.get("name") in _CACHE_READERS:
         cache = cfg.get("cache") or {}
         if reads_cached_states(cfg):  # no encoder forward in training:

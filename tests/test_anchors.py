@@ -277,3 +277,14 @@ def test_anchors_sweep_beside_a_head_and_collect_re_scores_them(data_dir, tmp_pa
     assert sorted(dev["head_label"]) == ["anchor-cls", "linear"]
     cells = json.loads((results / "cells.json").read_text())
     assert {c["cell"]["head"] for c in cells} == {"anchor", "linear"}
+
+
+def test_an_anchor_on_siamese_pairs_is_refused_naming_the_key(compose_cfg):
+    """The fitted anchors read the cross-encoded pair's features: siamese is refused up front."""
+    from bench.run.preflight import check_cell
+
+    cfg = compose_cfg(
+        "head=anchor", "freeze=frozen", "task=stsb", "seed=1", "pair_encoding=siamese"
+    )
+    with pytest.raises(ConfigError, match=r"pair_encoding=siamese"):
+        check_cell(cfg, here=False)

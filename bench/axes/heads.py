@@ -79,7 +79,13 @@ def _is_default(preset: HeadPreset, layers: LayerSpec, combine: str) -> bool:
     )
 
 
-def head_label(name: str, layers: LayerSpec, combine: str, variant: str | None = None) -> str:
+def head_label(
+    name: str,
+    layers: LayerSpec,
+    combine: str,
+    variant: str | None = None,
+    pair_encoding: str | None = None,
+) -> str:
     """The label of a head's cells: the run directory's and the tables' name for it.
 
     Args:
@@ -87,16 +93,19 @@ def head_label(name: str, layers: LayerSpec, combine: str, variant: str | None =
         layers: ``head.layers`` as configured (a name, an index or a list).
         combine: ``head.combine``.
         variant: The value of the preset's variant key (``pooler``: ``init``), if any.
+        pair_encoding: ``siamese`` adds ``-siamese`` (each sentence of a pair encoded alone:
+            a variant of the head, compared with its cross-encoded self within a setting).
 
     Returns:
         ``linear``; ``pooler-random``; ``linear-L3``; ``linear-last4_mean``;
-        ``bilstm-concat_last4`` (see :func:`bench.axes.layers.describe_selection`).
+        ``bilstm-concat_last4`` (see :func:`bench.axes.layers.describe_selection`);
+        ``mean_linear-siamese``.
     """
     preset = validate(name)
     base = f"{name}-{variant}" if preset.variant_key and variant is not None else name
-    if _is_default(preset, layers, combine):
-        return base
-    return f"{base}-{describe_selection(layers, combine)}"
+    if not _is_default(preset, layers, combine):
+        base = f"{base}-{describe_selection(layers, combine)}"
+    return f"{base}-siamese" if pair_encoding == "siamese" else base
 
 
 def head_order() -> list[str]:

@@ -6,6 +6,12 @@
   (``seed``) and data order can vary separately. None (the default) draws the order from
   ``seed`` as before; set, the run directory is ``seed=N-order=M``.
 
+- ``pair_encoding``: how a sentence-pair task poses its pair (pair tasks only): ``cross``
+  (one sequence, as before; null is the same) or ``siamese`` (each sentence encoded alone,
+  the classifier sees ``[u, v, |u-v|, u*v]``). ``siamese`` is hashed and adds ``-siamese``
+  to the head's label (``mean_linear-siamese``: its run directory, its search trials and its
+  column in the tables); ``cross`` changes neither.
+
 Results written before these axes existed lack them in their ``cell``; readers take them
 from the stored config (:func:`bench.results.collect.tidy`).
 """
@@ -18,6 +24,8 @@ from omegaconf import OmegaConf
 AXIS_COLUMNS = ["train_size", "order_seed"]
 #: What ``axes`` may list: the optional axes that become a directory level when listed.
 PATH_AXES = ("train_size",)
+#: ``pair_encoding``: how a pair task poses its two sentences (null: ``cross``).
+PAIR_ENCODINGS = ("cross", "siamese")
 
 
 def leaf_dir(

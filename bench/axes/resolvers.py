@@ -1,7 +1,8 @@
 """OmegaConf resolvers that derive labels and task-dependent defaults in ``conf/``.
 
-- ``${hb.head_label:name,layers,combine[,variant]}``: :func:`bench.axes.heads.head_label`
-  (``linear``, ``pooler-random``, ``linear-L3``, ``bilstm-concat_last4``);
+- ``${hb.head_label:name,layers,combine[,variant[,pair_encoding]]}``:
+  :func:`bench.axes.heads.head_label` (``linear``, ``pooler-random``, ``linear-L3``,
+  ``bilstm-concat_last4``, ``mean_linear-siamese``);
 - ``${hb.freeze_label:name[,k]}``: :func:`bench.axes.freezing.freeze_label` (``top2``);
 - ``${hb.by_task_kind:task,sequence_value,token_value}``: one value for sequence tasks
   (GLUE) and another for token tasks (CoNLL-2003), e.g. a head's ``pool`` (a token head
@@ -33,8 +34,10 @@ def _plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def _head_label(name: str, layers: Any, combine: str, variant: str | None = None) -> str:
-    return head_label(name, _plain(layers), combine, variant)
+def _head_label(
+    name: str, layers: Any, combine: str, variant: str | None = None, pair: str | None = None
+) -> str:
+    return head_label(name, _plain(layers), combine, variant, pair)
 
 
 def _freeze_label(name: str, k: int | None = None) -> str:

@@ -80,6 +80,9 @@ class FeatureKey:
         layers: Hidden-state indices stored (0 = embeddings); one per stored file, none
             for the key of a whole split (its lock and build log).
         dtype: Storage dtype.
+        sentence: Under ``pair_encoding=siamese``, which sentence of each pair was encoded
+            alone (1 or 2): its own entry, apart from the pair's ``cross`` entry (None,
+            left out of the digest and the file name, so ``cross`` entries keep theirs).
     """
 
     encoder: str
@@ -93,16 +96,20 @@ class FeatureKey:
     inputs: str
     layers: tuple[int, ...]
     dtype: str
+    sentence: int | None = None
 
     def digest(self) -> str:
         """Content hash of the key (and the storage format version)."""
         data = {"format": FORMAT_VERSION, **asdict(self)}
+        if self.sentence is None:  # added with siamese pairs: cross entries keep their digests
+            del data["sentence"]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def filename(self) -> str:
-        """``<encoder>/<task>/<split>-L<layers>-<digest>.safetensors``."""
+        """``<encoder>/<task>/<split>[-s<sentence>]-L<layers>-<digest>.safetensors``."""
         layers = "-".join(str(i) for i in self.layers)
-        return f"{self.encoder}/{self.task}/{self.split}-L{layers}-{self.digest()[:32]}.safetensors"
+        split = self.split if self.sentence is None else f"{self.split}-s{self.sentence}"
+        return f"{self.encoder}/{self.task}/{split}-L{layers}-{self.digest()[:32]}.safetensors"
 
     def with_layers(self, layers: Sequence[int]) -> FeatureKey:
         """The same key for other layers (one layer: a stored file; none: the whole split)."""

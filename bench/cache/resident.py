@@ -14,7 +14,8 @@ same order (the same sampler draws the rows from the same generator), the same p
 not part of a cell's config hash: it changes time, not numbers (``tests/test_resident.py``
 trains a cell both ways and compares the histories).
 
-Sequence tasks only: token tasks carry per-word alignments and keep the example path.
+Sequence tasks only: token tasks carry per-word alignments and keep the example path, as do
+siamese pairs (two sentences' states per example).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bench.data.encoder_inputs import SECOND_SENTENCE
 from bench.errors import ConfigError
 
 #: ``cache.resident``: ``auto`` (on the GPU when the splits fit in ``resident_max_gb``, else
@@ -147,8 +149,12 @@ def resident_device(splits: dict[str, Any], choice: object, max_gb: float) -> to
         )
     if choice is False or not splits:
         return None
-    if any("word_pos" in split.examples[0] for split in splits.values() if len(split)):
-        return None  # token tasks: per-word alignments stay on the example path
+    if any(
+        "word_pos" in split.examples[0] or SECOND_SENTENCE in split.examples[0]
+        for split in splits.values()
+        if len(split)
+    ):
+        return None  # token tasks (per-word alignments), siamese pairs: the example path
     if torch.cuda.is_available():
         need = sum(s.flat.states.numel() * s.flat.states.element_size() for s in splits.values())
         free, _ = torch.cuda.mem_get_info()

@@ -35,6 +35,7 @@ from bench.axes.layers import normalise_layers
 from bench.cache.keys import DEFAULT_DTYPE, DTYPES, FeatureKey, inputs_digest, weights_digest
 from bench.cache.resident import DEFAULT_RESIDENT_MAX_GB, ResidentSplit, resident_device
 from bench.cache.store import FeatureStore, FlatStates, encode_split
+from bench.data.encoder_inputs import SECOND_SENTENCE
 from bench.data.token_cache import tokenizer_digest
 from bench.errors import ConfigError
 from bench.model.cached_forward import PARTIAL_FAMILIES, FeaturePlan
@@ -52,29 +53,42 @@ DEFAULT_AUTO_MAX_GB = 2.0
 Collate = Callable[[Sequence[dict[str, Any]]], dict[str, Any]]
 
 
+def _check_lengths(examples: Sequence[dict[str, Any]], flat: FlatStates) -> None:
+    lengths = torch.tensor([len(ex["input_ids"]) for ex in examples])
+    if len(lengths) != len(flat) or not torch.equal(lengths, flat.index[:, 1]):
+        raise ValueError("cached states do not match the split's token counts")
+
+
 class CachedSplit(torch.utils.data.Dataset):
     """A split's examples with their cached states attached under ``states``.
 
     Args:
         examples: The encoded split (indexable, with ``input_ids`` per example).
         flat: The split's flat states, in the same order.
+        second: Under ``pair_encoding=siamese``, the second sentences' flat states: attached
+            to each example's :data:`~bench.data.encoder_inputs.SECOND_SENTENCE` inputs.
     """
 
-    def __init__(self, examples: Any, flat: FlatStates) -> None:
-        lengths = torch.tensor([len(examples[i]["input_ids"]) for i in range(len(examples))])
-        if len(lengths) != len(flat) or not torch.equal(lengths, flat.index[:, 1]):
-            raise ValueError("cached states do not match the split's token counts")
+    def __init__(self, examples: Any, flat: FlatStates, second: FlatStates | None = None) -> None:
+        rows = [examples[i] for i in range(len(examples))]
+        _check_lengths(rows, flat)
+        if second is not None:
+            _check_lengths([ex[SECOND_SENTENCE] for ex in rows], second)
         self.examples = examples
         self.flat = flat
+        self.second = second
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {**self.examples[i], "states": self.flat.example(i)}
+        item = {**self.examples[i], "states": self.flat.example(i)}
+        if self.second is not None:
+            item[SECOND_SENTENCE] = {**item[SECOND_SENTENCE], "states": self.second.example(i)}
+        return item
 
     def __getattr__(self, name: str) -> Any:  # n_truncated, words_cut... of the wrapped split
-        if name in ("examples", "flat"):
+        if name in ("examples", "flat", "second"):
             raise AttributeError(name)
         return getattr(self.examples, name)
 
@@ -163,7 +177,8 @@ class StatesCollate:
         collate: The data module's own collate (encoder inputs, labels...).
 
     Calling it on :class:`CachedSplit` items returns the wrapped collate's batch plus
-    ``cached_states`` (B, T, n_layers, H).
+    ``cached_states`` (B, T, n_layers, H); a siamese pair's second sentences get theirs
+    under :data:`~bench.data.encoder_inputs.SECOND_SENTENCE`.
     """
 
     def __init__(self, collate: Collate) -> None:
@@ -171,9 +186,21 @@ class StatesCollate:
 
     def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Collate ``items`` without their states, then add the padded states."""
-        out = self.collate([{k: v for k, v in it.items() if k != "states"} for it in items])
+        second = SECOND_SENTENCE in items[0]
+        out = self.collate([_without_states(it, second) for it in items])
         out["cached_states"] = pad_states([it["states"] for it in items])  # (B, T, n, H)
+        if second:
+            states = [it[SECOND_SENTENCE]["states"] for it in items]
+            out[SECOND_SENTENCE]["cached_states"] = pad_states(states)
         return out
+
+
+def _without_states(item: dict[str, Any], second: bool) -> dict[str, Any]:
+    """An item without its cached states (nor its second sentence's)."""
+    out = {k: v for k, v in item.items() if k != "states"}
+    if second:
+        out[SECOND_SENTENCE] = {k: v for k, v in out[SECOND_SENTENCE].items() if k != "states"}
+    return out
 
 
 @dataclass
@@ -227,7 +254,7 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
     if dtype_name not in DTYPES:
         raise ConfigError(f"cache.dtype={dtype_name!r}; valid choices: {', '.join(DTYPES)}")
     splits = {"train": datamodule.train, **datamodule.dev}
-    n_tokens = sum(len(ex["input_ids"]) for examples in splits.values() for ex in examples)
+    n_tokens = sum(_tokens(ex) for examples in splits.values() for ex in examples)
     hidden_size = module.encoder_info.hidden_size
     extra = extra_layers(cfg, plan.num_layers, hidden_size, n_tokens, DTYPES[dtype_name])
     store = FeatureStore(cache_dir(cfg, "features"))  # type: ignore[arg-type]
@@ -239,39 +266,49 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
     stored: set[int] = set()
     served: dict[str, CachedSplit] = {}
     for split, examples in splits.items():
-        key = FeatureKey(
-            encoder=module.encoder_info.name,
-            weights=weights,
-            tokenizer=tokenizer,
-            task=datamodule.spec.name,
-            split=split,
-            train_size=datamodule.train_size if split == "train" else None,
-            data_seed=int(datamodule.data_seed) if split == "train" else None,
-            max_length=int(datamodule.max_length),
-            inputs=inputs_digest(examples),
-            layers=(),
-            dtype=dtype_name,
-        )
-        flat, built = store.get_layers(
-            key,
-            plan.layers,
-            len(examples),
-            lambda layers, examples=examples: encode_split(  # type: ignore[misc]
-                module.encoder,
-                lambda items: dict(
-                    datamodule.tokenizer.pad(items, padding=True, return_tensors="pt")
+        # a siamese pair's sentences are encoded alone: one entry per sentence
+        siamese = len(examples) > 0 and SECOND_SENTENCE in examples[0]
+        parts: dict[int | None, Any] = {None: examples}
+        if siamese:
+            parts = {1: examples, 2: [ex[SECOND_SENTENCE] for ex in examples]}
+        flats: list[FlatStates] = []
+        for sentence, inputs in parts.items():
+            key = FeatureKey(
+                encoder=module.encoder_info.name,
+                weights=weights,
+                tokenizer=tokenizer,
+                task=datamodule.spec.name,
+                split=split,
+                train_size=datamodule.train_size if split == "train" else None,
+                data_seed=int(datamodule.data_seed) if split == "train" else None,
+                max_length=int(datamodule.max_length),
+                inputs=inputs_digest(inputs),
+                layers=(),
+                dtype=dtype_name,
+                sentence=sentence,
+            )
+            flat, built = store.get_layers(
+                key,
+                plan.layers,
+                len(inputs),
+                lambda layers, inputs=inputs: encode_split(  # type: ignore[misc]
+                    module.encoder,
+                    lambda items: dict(
+                        datamodule.tokenizer.pad(items, padding=True, return_tensors="pt")
+                    ),
+                    inputs,
+                    layers,
+                    int(datamodule.eval_batch_size),
+                    DTYPES[dtype_name],
+                    module.encoder_info.causal,
                 ),
-                examples,
-                layers,
-                int(datamodule.eval_batch_size),
-                DTYPES[dtype_name],
-                module.encoder_info.causal,
-            ),
-            extra,
-        )
-        (misses if built else hits).append(split)
-        stored.update(built)
-        served[split] = CachedSplit(examples, flat)
+                extra,
+            )
+            stored.update(built)
+            flats.append(flat)
+            name = split if sentence is None else f"{split}-s{sentence}"
+            (misses if built else hits).append(name)
+        served[split] = CachedSplit(examples, *flats)
     resident = _make_resident(served, cfg)
     record = {
         "enabled": True,
@@ -287,6 +324,12 @@ def serve_features(module: Any, datamodule: Any, cfg: dict[str, Any] | None) -> 
         "resident": resident,
     }
     return ServedFeatures(record, plan, served)
+
+
+def _tokens(example: dict[str, Any]) -> int:
+    """An example's tokens: its input's, and its second sentence's when encoded alone."""
+    second = example.get(SECOND_SENTENCE)
+    return len(example["input_ids"]) + (len(second["input_ids"]) if second else 0)
 
 
 def _make_resident(served: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any] | None:

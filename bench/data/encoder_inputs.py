@@ -9,3 +9,8 @@ from __future__ import annotations
 #: Inputs of an encoder forward, when the tokenizer produces them (``token_type_ids`` only
 #: for BERT-style tokenizers).
 ENCODER_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+
+#: Under ``pair_encoding=siamese`` (:data:`bench.axes.optional.PAIR_ENCODINGS`) an example's
+#: (and a batch's) encoder inputs are its first sentence alone; the second sentence's inputs
+#: (and, served from the cache, its states) sit under this key, the same keys again.
+SECOND_SENTENCE = "sentence_b"

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from bench.atomic import atomic_write
+from bench.data.encoder_inputs import ENCODER_KEYS, SECOND_SENTENCE
 from bench.data.glue_files import glue_file, read_glue_tsv
 from bench.data.location import load_from_hub
 from bench.data.padding import check_pad_multiple
@@ -134,7 +135,12 @@ class Encoded:
 
 
 def tokenize(
-    tokenizer: Any, spec: TaskSpec, columns: Columns, max_length: int, where: str
+    tokenizer: Any,
+    spec: TaskSpec,
+    columns: Columns,
+    max_length: int,
+    where: str,
+    pair_encoding: str = "cross",
 ) -> Encoded:
     """Tokenize a split without padding, counting truncated examples.
 
@@ -144,11 +150,38 @@ def tokenize(
         columns: The split's columns.
         max_length: Maximum tokens per example (special tokens included).
         where: Description of the split for the truncation warning.
+        pair_encoding: ``cross``: a pair is one sequence (``tokenizer(a, b)``);
+            ``siamese``: each sentence is tokenized alone, the second one's inputs under
+            :data:`~bench.data.encoder_inputs.SECOND_SENTENCE` (an example counts as
+            truncated when either sentence is).
 
     Returns:
         The encoded split.
     """
     texts = [columns[field] for field in spec.text_fields]
+    if pair_encoding == "siamese":
+        (first, cut_a), (second, cut_b) = (
+            _tokenize_texts(tokenizer, [t], max_length, f"{where} ({field} alone)")
+            for t, field in zip(texts, spec.text_fields, strict=True)
+        )
+        pairs = zip(_rows(first), _rows(second), strict=True)
+        rows = [{**row, SECOND_SENTENCE: b} for row, b in pairs]
+        n_truncated = len(cut_a | cut_b)
+    else:
+        enc, cut = _tokenize_texts(tokenizer, texts, max_length, where)
+        rows, n_truncated = _rows(enc), len(cut)
+    label_type = float if spec.is_regression else int
+    examples = [
+        {**row, "labels": label_type(columns["label"][i]), "idx": int(columns["idx"][i])}
+        for i, row in enumerate(rows)
+    ]
+    return Encoded(examples, n_truncated)
+
+
+def _tokenize_texts(
+    tokenizer: Any, texts: list[list[str]], max_length: int, where: str
+) -> tuple[dict[str, list[Any]], set[int]]:
+    """Tokenize one or two text columns, truncating only the long examples; their rows too."""
     enc = dict(tokenizer(*texts, truncation=False, verbose=False))  # lengths may exceed limits
     long = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > max_length]
     if long:  # re-tokenize only the long examples, with the tokenizer's own truncation rules
@@ -161,18 +194,13 @@ def tokenize(
             for j, i in enumerate(long):
                 values[i] = cut[key][j]
             enc[key] = values
-    n_truncated = len(long)
-    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
-    label_type = float if spec.is_regression else int
-    examples = [
-        {
-            **{k: enc[k][i] for k in keys},
-            "labels": label_type(columns["label"][i]),
-            "idx": int(columns["idx"][i]),
-        }
-        for i in range(len(columns["idx"]))
-    ]
-    return Encoded(examples, n_truncated)
+    return enc, set(long)
+
+
+def _rows(enc: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Per example, its encoder inputs (:data:`~bench.data.encoder_inputs.ENCODER_KEYS`)."""
+    keys = [k for k in ENCODER_KEYS if k in enc]
+    return [{k: enc[k][i] for k in keys} for i in range(len(enc["input_ids"]))]
 
 
 def order_generator(order_seed: int | None) -> torch.Generator | None:
@@ -299,6 +327,8 @@ class SplitLoaders(L.LightningDataModule):
 
     #: The dataclass :meth:`_encode` returns (for the tokenization cache).
     encoded_type: type = Encoded
+    #: How a pair task's pairs are posed (:class:`GlueDataModule`); ``cross`` elsewhere.
+    pair_encoding: str = "cross"
 
     def _load(self, source: SplitSource) -> Columns:
         raise NotImplementedError
@@ -316,6 +346,8 @@ class SplitLoaders(L.LightningDataModule):
             "max_length": self.max_length,
             "columns": columns_digest(columns),
         }
+        if self.pair_encoding != "cross":  # keyed only when set: cross keeps its entries
+            key["pair_encoding"] = self.pair_encoding
         return cached_encode(
             Path(self.token_cache_dir),
             self.spec.name,
@@ -493,14 +525,24 @@ class SplitLoaders(L.LightningDataModule):
 class GlueDataModule(SplitLoaders):
     """Training and dev data of one GLUE task, tokenized once, padded per batch.
 
-    Arguments as :class:`SplitLoaders`; ``spec`` is a :class:`~bench.data.tasks.TaskSpec`.
+    Arguments as :class:`SplitLoaders`; ``spec`` is a :class:`~bench.data.tasks.TaskSpec`;
+    ``pair_encoding`` (a pair task's ``cross`` or ``siamese``, see :func:`tokenize`) says
+    how a pair is tokenized: under ``siamese`` a batch holds the first sentences' inputs
+    and, under :data:`~bench.data.encoder_inputs.SECOND_SENTENCE`, the second sentences'
+    inputs, each padded on its own.
     """
+
+    def __init__(self, *args: Any, pair_encoding: str = "cross", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pair_encoding = pair_encoding
 
     def _load(self, source: SplitSource) -> Columns:
         return load_split(self.spec, source, self.data_dir)
 
     def _encode(self, columns: Columns, where: str) -> Encoded:
-        return tokenize(self.tokenizer, self.spec, columns, self.max_length, where)
+        return tokenize(
+            self.tokenizer, self.spec, columns, self.max_length, where, self.pair_encoding
+        )
 
     def describe(self) -> dict[str, Any]:
         """Sizes and truncation counts per split for the result file."""
@@ -515,6 +557,15 @@ class GlueDataModule(SplitLoaders):
         }
 
     def _collate(self, batch: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        if SECOND_SENTENCE not in batch[0]:
+            return self._pad(batch)
+        out = dict(
+            self._pad([{k: v for k, v in ex.items() if k != SECOND_SENTENCE} for ex in batch])
+        )
+        out[SECOND_SENTENCE] = dict(self._pad([ex[SECOND_SENTENCE] for ex in batch]))
+        return out
+
+    def _pad(self, batch: Sequence[dict[str, Any]]) -> Any:
         return self.tokenizer.pad(
             list(batch),
             padding=True,

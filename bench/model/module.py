@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from bench.data.encoder_inputs import SECOND_SENTENCE
 from bench.data.tasks import get_task
 from bench.errors import DivergedError, EncoderError
 from bench.model.adaptation import Adaptation, StageCallback, build_adaptation
@@ -59,6 +60,10 @@ class HeadbenchModule(L.LightningModule):
             cells: :mod:`bench.run.lockstep`), when loading it drew no random numbers
             (:attr:`encoder_drew_random`), so that the head's initial weights are the same
             either way. Not recorded as a hyperparameter.
+        pair_encoding: How a pair task's pairs are posed: ``cross`` (or None: one sequence)
+            or ``siamese`` (each sentence encoded alone; batches carry the second sentences
+            under :data:`~bench.data.encoder_inputs.SECOND_SENTENCE`, and the head's
+            :meth:`~bench.model.heads.SequenceHead.pair_forward` combines them).
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class HeadbenchModule(L.LightningModule):
         dev_names: list[str] | None = None,
         report_names: list[str] | None = None,
         frozen_encoder: tuple[nn.Module, EncoderInfo] | None = None,
+        pair_encoding: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["frozen_encoder"])
@@ -83,7 +89,7 @@ class HeadbenchModule(L.LightningModule):
         info = self.encoder_info
         self.task_type = task_type(self.spec)
         self.head: nn.Module = self.task_type.build_head(
-            head, info.hidden_size, info.num_layers, info.summary
+            head, info.hidden_size, info.num_layers, info.summary, pair_encoding == "siamese"
         )
         if head.get("init") == "pretrained":
             self._copy_pretrained_pooler()
@@ -192,17 +198,31 @@ class HeadbenchModule(L.LightningModule):
             module.eval()
         return self
 
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        """Return logits for a padded batch: (B, C), or (B, T, C) for a token task."""
+    def forward(self, batch: dict[str, Any]) -> Tensor:
+        """Return logits for a padded batch: (B, C), or (B, T, C) for a token task.
+
+        A siamese pair batch (:data:`~bench.data.encoder_inputs.SECOND_SENTENCE`) runs the
+        encoder (or reads the cache) on each sentence alone, then the head on both.
+        """
+        second = batch.get(SECOND_SENTENCE)
+        if second is not None:
+            return self.head.pair_forward(  # type: ignore[operator]
+                self._hidden_states(batch),
+                batch["attention_mask"],
+                self._hidden_states(second),
+                second["attention_mask"],
+            )
+        return self.head(self._hidden_states(batch), batch["attention_mask"])
+
+    def _hidden_states(self, batch: dict[str, Any]) -> Any:
+        """All hidden states of a batch's inputs: from the cache, or an encoder forward."""
         if "cached_states" in batch:  # states from bench.cache: no (or a partial) forward
             assert self.feature_plan is not None, "cached states without a feature plan"
-            hidden_states = self.feature_plan.hidden_states(
+            return self.feature_plan.hidden_states(
                 self.encoder, batch["cached_states"], batch["attention_mask"]
             )
-            return self.head(hidden_states, batch["attention_mask"])
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.encoder_frozen):
-            out = run_encoder(self.encoder, batch, self.encoder_info.causal)
-        return self.head(out.hidden_states, batch["attention_mask"])  # (B, C)
+            return run_encoder(self.encoder, batch, self.encoder_info.causal).hidden_states
 
     def _loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return self.task_type.loss(self.head, logits, batch)

@@ -236,9 +236,17 @@ class TaskType(ABC):
 
     @abstractmethod
     def build_head(
-        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+        self,
+        cfg: dict[str, Any],
+        hidden_size: int,
+        num_layers: int,
+        summary: str = "first",
+        pair: bool = False,
     ) -> nn.Module:
-        """The head family's head for the ``head`` config (sizes, summary token: the encoder's)."""
+        """The head family's head for the ``head`` config (sizes, summary token: the encoder's).
+
+        ``pair``: the task's pairs are encoded one sentence at a time (``pair_encoding=siamese``).
+        """
 
     @abstractmethod
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -268,10 +276,15 @@ class SequenceTaskType(TaskType):
     spec: TaskSpec
 
     def build_head(
-        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+        self,
+        cfg: dict[str, Any],
+        hidden_size: int,
+        num_layers: int,
+        summary: str = "first",
+        pair: bool = False,
     ) -> nn.Module:
         """A sequence head from :func:`~bench.model.heads.build_head`."""
-        return build_head(cfg, hidden_size, num_layers, self.spec.num_labels, summary)
+        return build_head(cfg, hidden_size, num_layers, self.spec.num_labels, summary, pair)
 
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """Mean squared error for regression (STS-B), else cross-entropy."""
@@ -327,9 +340,22 @@ class TokenTaskType(TaskType):
     spec: TokenTaskSpec
 
     def build_head(
-        self, cfg: dict[str, Any], hidden_size: int, num_layers: int, summary: str = "first"
+        self,
+        cfg: dict[str, Any],
+        hidden_size: int,
+        num_layers: int,
+        summary: str = "first",
+        pair: bool = False,
     ) -> nn.Module:
-        """A token head from :func:`~bench.model.heads.build_token_head` (no summary token)."""
+        """A token head from :func:`~bench.model.heads.build_token_head` (no summary token).
+
+        Raises:
+            ConfigError: For ``pair``: a token task has no sentence pairs.
+        """
+        if pair:
+            raise ConfigError(
+                f"pair_encoding=siamese: task {self.spec.name!r} has no sentence pairs"
+            )
         return build_token_head(cfg, hidden_size, num_layers, self.spec.label_names)
 
     def loss(self, head: nn.Module, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:

@@ -163,7 +163,7 @@ def summary(frame: pd.DataFrame) -> str | None:
     flagged = int((~known["adequate"].astype(bool)).sum())
     return (
         f"adequacy: {flagged} of {len(known)} setting × head flagged ({EDGE_SEEDS} or more "
-        f"runs at a grid edge or ending at max_epochs without early stopping)"
+        f"runs, or all of fewer, at a grid edge or ending at max_epochs without early stopping)"
     )
 
 

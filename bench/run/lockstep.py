@@ -150,6 +150,11 @@ def group_key(cfg: DictConfig, selected: bool = False) -> str:
         kind = None
     if kind != "sequence":
         raise NotLockstep(f"task={task}: lock-step covers sequence (GLUE) tasks only")
+    if OmegaConf.select(cfg, "pair_encoding", default=None) == "siamese":
+        raise NotLockstep(
+            "pair_encoding=siamese: lock-step stacks heads over one sequence per example; "
+            "siamese cells train alone (valid here: pair_encoding=cross or null)"
+        )
     if not OmegaConf.select(cfg, "cache.enabled", default=True):
         raise NotLockstep("cache.enabled=false: lock-step cells read the feature cache")
     trainer = _plain(cfg, "trainer") or {}

@@ -45,6 +45,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.axes import encoders, freezing, heads
+from bench.axes.optional import PAIR_ENCODINGS
 from bench.cell import PAIRINGS, SEED_RANGE, check_identity, reads_cached_states
 from bench.data import selection, tasks
 from bench.data.location import check_local_data, count_examples
@@ -683,6 +684,36 @@ def check_train_size(cfg: DictConfig, spec: tasks.Task) -> None:
         )
 
 
+def check_pair_encoding(cfg: DictConfig, spec: tasks.Task) -> bool:
+    """``pair_encoding`` is unset, or a valid choice on a sentence-pair task.
+
+    Args:
+        cfg: The cell's config.
+        spec: Its task.
+
+    Returns:
+        Whether the cell's pairs are encoded one sentence at a time (``siamese``).
+
+    Raises:
+        ConfigError: For an unknown choice, or any choice on a task without sentence pairs
+            (single sentences, tokens), naming the tasks that take it.
+    """
+    value = OmegaConf.select(cfg, "pair_encoding", default=None)
+    if value is None:
+        return False
+    if value not in PAIR_ENCODINGS:
+        raise ConfigError(
+            f"pair_encoding={value!r}; valid choices: {', '.join(PAIR_ENCODINGS)}, or null"
+        )
+    if len(getattr(spec, "text_fields", ())) != 2:
+        pairs = [name for name, task in tasks.TASKS.items() if len(task.text_fields) == 2]
+        raise ConfigError(
+            f"pair_encoding={value} but task {spec.name!r} has no sentence pairs; valid "
+            f"tasks: {', '.join(pairs)} (elsewhere leave pair_encoding=null)"
+        )
+    return bool(value == "siamese")
+
+
 def check_cell(cfg: DictConfig, here: bool = True) -> None:
     """Check one composed cell config; cheap (config files and the tokenizer, no weights).
 
@@ -699,6 +730,7 @@ def check_cell(cfg: DictConfig, here: bool = True) -> None:
     check_values(cfg)
     check_cached_precision(cfg)
     spec = tasks.validate(cfg.task.name)
+    pair = check_pair_encoding(cfg, spec)
     if here:
         check_local_data(OmegaConf.select(cfg, "data.dir", default=None), spec)
         check_train_size(cfg, spec)
@@ -723,8 +755,14 @@ def check_cell(cfg: DictConfig, here: bool = True) -> None:
 
     if head.get("name") == heads.ANCHOR:  # fitted, not trained: no module (bench/run/anchors.py)
         heads.check_anchor(head, spec, strategy.name, reads_cached_states(cfg))
+        if pair:
+            raise ConfigError(
+                "head=anchor with pair_encoding=siamese: an anchor reads the cross-encoded "
+                "pair's features; valid: pair_encoding=null (head.features=cosine already "
+                "encodes each sentence alone)"
+            )
     else:
-        task_type(spec).build_head(head, facts["hidden_size"], layers)
+        task_type(spec).build_head(head, facts["hidden_size"], layers, pair=pair)
     if head.get("init") == "pretrained" and encoder.get("pooler") != "trained":
         raise ConfigError(
             f"head.init=pretrained needs a trained pooler, but encoder {encoder['name']!r} "

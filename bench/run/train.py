@@ -153,6 +153,7 @@ def build_datamodule(cfg: DictConfig) -> Any:
     cache = OmegaConf.to_container(cfg.cache, resolve=True) if "cache" in cfg else None
     assert isinstance(encoder, dict) and (cache is None or isinstance(cache, dict))
     kind = task_type(get_task(cfg.task.name))
+    pair = OmegaConf.select(cfg, "pair_encoding", default=None)  # pair tasks only (preflight)
     return kind.datamodule(
         load_tokenizer(cast(dict[str, Any], encoder)),
         data_dir=cfg.data.dir,
@@ -168,6 +169,7 @@ def build_datamodule(cfg: DictConfig) -> Any:
         order_seed=batch_order_seed(cfg),
         pad_to_multiple_of=cfg.data.get("pad_to_multiple_of"),
         slice_seed=slice_seed(cfg),
+        **({"pair_encoding": pair} if pair == "siamese" else {}),
     )
 
 
@@ -226,6 +228,7 @@ def prepare_cell(
             # a search trial is never scored on a reporting split: it only selects
             report_names=datamodule.report_names if report else [],
             frozen_encoder=frozen_encoder,
+            pair_encoding=plain.get("pair_encoding"),
         )
     info = module.encoder_info
     check_max_length(

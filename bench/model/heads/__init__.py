@@ -35,6 +35,7 @@ def build_head(
     num_layers: int,
     num_labels: int,
     summary: str = "first",
+    pair: bool = False,
 ) -> SequenceHead:
     """Build a head from its config group.
 
@@ -44,6 +45,7 @@ def build_head(
         num_layers: Encoder depth L.
         num_labels: Number of outputs.
         summary: The encoder's summary token, ``first`` or ``last`` (``encoder.summary``).
+        pair: Whether the pairs are encoded one sentence at a time (``pair_encoding=siamese``).
 
     Returns:
         The head module.
@@ -52,7 +54,7 @@ def build_head(
         ConfigError: For an unknown head name or an option the head does not take.
     """
     cls, options = head_options(cfg, HEADS, SequenceHead)
-    return cls(hidden_size, num_layers, num_labels, summary=summary, **options)
+    return cls(hidden_size, num_layers, num_labels, summary=summary, pair=pair, **options)
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:

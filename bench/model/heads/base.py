@@ -51,6 +51,7 @@ class StatesHead(nn.Module):
         lstm_hidden: int,
         lstm_layers: int,
         lstm_dropout: float,
+        pair: bool = False,
     ) -> None:
         super().__init__()
         self.select = LayerSelect(layers, combine, hidden_size, num_layers)
@@ -61,7 +62,7 @@ class StatesHead(nn.Module):
             width = self.lstm.out_dim
         self.in_dim = width
         self.classifier = Classifier(
-            width, num_labels, dropout, mlp, mlp_hidden or hidden_size, activation
+            width, num_labels, dropout, mlp, mlp_hidden or hidden_size, activation, pair
         )
 
 
@@ -88,6 +89,9 @@ class SequenceHead(StatesHead):
             BERT-style encoders, ``last`` for GPT-2, XLNet and decoder LMs): what
             ``pool=cls`` reads. Comes from the encoder (``encoder.summary``), never from the
             head's config.
+        pair: The task's pairs are encoded one sentence at a time (``pair_encoding=siamese``):
+            the classifier reads both sentences' features (:meth:`pair_forward`). Comes from
+            the cell, never from the head's config.
     """
 
     #: Options a preset sets itself and so does not accept from the config.
@@ -110,6 +114,7 @@ class SequenceHead(StatesHead):
         lstm_layers: int = 1,
         lstm_dropout: float = 0.0,
         summary: str = "first",
+        pair: bool = False,
     ) -> None:
         valid_pools = LSTM_POOLS if lstm else POOLS
         if summary not in SUMMARY_POSITIONS:
@@ -132,6 +137,7 @@ class SequenceHead(StatesHead):
             lstm_hidden=lstm_hidden,
             lstm_layers=lstm_layers,
             lstm_dropout=lstm_dropout,
+            pair=pair,
         )
         self.pool = pool
         self.summary = summary
@@ -149,3 +155,19 @@ class SequenceHead(StatesHead):
     def forward(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         """Return logits (B, C) from all hidden states ((L+1) x (B, T, H)) and the mask."""
         return self.classifier(self.features(hidden_states, attention_mask))
+
+    def pair_forward(
+        self,
+        first: Sequence[Tensor],
+        first_mask: Tensor,
+        second: Sequence[Tensor],
+        second_mask: Tensor,
+    ) -> Tensor:
+        """Return logits (B, C) for a pair encoded one sentence at a time (``pair=True``).
+
+        Layers, pooling (and the BiLSTM) run on each sentence's hidden states
+        ((L+1) x (B, T_i, H)) with its own mask; :meth:`Classifier.pair_forward` combines them.
+        """
+        return self.classifier.pair_forward(
+            self.features(first, first_mask), self.features(second, second_mask)
+        )

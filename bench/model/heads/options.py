@@ -10,9 +10,9 @@ from bench.errors import ConfigError
 
 # Config keys that describe the cell rather than the module.
 META_KEYS = ("name", "label")
-# Constructor arguments that come from the encoder and the task, never from the config.
+# Constructor arguments that come from the encoder, the task and the cell, never from the config.
 _SIZE_ARGS = frozenset(
-    {"self", "options", "hidden_size", "num_layers", "num_labels", "label_names", "summary"}
+    {"self", "options", "hidden_size", "num_layers", "num_labels", "label_names", "summary", "pair"}
 )
 
 
