@@ -29,10 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.atomic import unwritable_reason
 from bench.axes.sweep import expand
-from bench.cell import TRIAL_FILE, cell_path, check_identity, config_hash
+from bench.cell import cell_path, check_identity, config_hash
 from bench.errors import ConfigError, HeadbenchError
 from bench.run.resume import CellState, ResumePolicy, cell_state, running_elsewhere, should_run
-from bench.run.search import cell_trials_dir, trial_count
+from bench.run.search import cell_trials_dir, stored_trials, trial_count
 
 
 @dataclass(frozen=True)
@@ -316,12 +316,7 @@ def print_plan(cells: list[PlannedCell]) -> None:
     print(f"{len(cells)} cells: {states}; {to_run} would run{failing}")
     budgets = {c.trials_dir: c.trials for c in cells if c.will_run and c.trials_dir}
     if budgets:
-        stored = sum(
-            1
-            for folder, n in budgets.items()
-            for k in range(1, n + 1)
-            if (folder / f"trial={k}" / TRIAL_FILE).is_file()
-        )
+        stored = sum(stored_trials(folder, n) for folder, n in budgets.items())
         print(
             f"search: {sum(budgets.values())} trial trainings in {len(budgets)} searches "
             f"({stored} stored); a search serves its setting's seeds, or one seed under pairing"

@@ -22,14 +22,13 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from bench.cell import RESULT_FILE, TRIAL_FILE
+from bench.cell import RESULT_FILE
 from bench.data.location import count_examples
 from bench.data.tasks import get_task
-from bench.errors import ConfigError
 from bench.results.adequacy import setting_of
 from bench.results.collect import CELLS_FILE
 from bench.run.plan import PlannedCell
-from bench.run.search import cell_trials_dir, draws_of, enabled
+from bench.run.search import stored_trials
 
 #: What a measurement must share with a planned run (besides its device).
 KEY = ["task", "encoder", "freeze_label", "head_label"]
@@ -116,28 +115,22 @@ def measurements(cells: list[PlannedCell], results_dir: str | Path | None) -> pd
     return pd.concat(frames, ignore_index=True)
 
 
-def pending_trials(cells: list[PlannedCell], cfgs: list[DictConfig]) -> list[int]:
+def unstored_trials(cells: list[PlannedCell]) -> list[int]:
     """Per cell that will run, the search trials a launch trains for it.
 
-    Its search's configurations (:func:`bench.run.search.draws_of`) whose ``trial.json`` is
-    not stored yet, counted once per trials folder (a setting's seeds may share one).
-    Nothing is read but file names: a dry run writes nothing.
-
-    Args:
-        cells: The cells that will run.
-        cfgs: Their composed configs, in the same order.
+    Its search's trials (:attr:`PlannedCell.trials`) whose ``trial.json`` is not stored yet,
+    counted once per trials folder (a setting's seeds may share one). Nothing is read but
+    file names: a dry run writes nothing.
     """
     seen: set[Path] = set()
     found = []
-    for cell, cfg in zip(cells, cfgs, strict=True):
-        folder = cell_trials_dir(cfg, cell.run_dir)
-        try:
-            count = len(draws_of(cfg)) if enabled(cfg) and folder not in seen else 0
-        except ConfigError:  # an invalid space: the cell's preflight says why
-            count = 0
-        stored = sum((folder / f"trial={k}" / TRIAL_FILE).is_file() for k in range(1, count + 1))
-        found.append(count - stored)
+    for cell in cells:
+        folder = cell.trials_dir
+        if folder is None or folder in seen:
+            found.append(0)
+            continue
         seen.add(folder)
+        found.append(cell.trials - stored_trials(folder, cell.trials))
     return found
 
 
@@ -230,7 +223,7 @@ def print_projection(cells: list[PlannedCell], cfgs: list[DictConfig]) -> None:
     if not running or len(running) != len(cfgs):
         return
     frame = pd.DataFrame([planned_row(cfg) for cfg in cfgs])
-    frame["runs"] = [1 + n for n in pending_trials(running, cfgs)]
+    frame["runs"] = [1 + n for n in unstored_trials(running)]
     frame = frame[[not c.problem for c in running]]
     if frame.empty:
         return

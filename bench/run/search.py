@@ -219,6 +219,11 @@ def trials_dir(run_dir: str | Path, seed: int | None = None) -> Path:
     return root if seed is None else root / f"seed={seed}"
 
 
+def stored_trials(folder: Path, count: int) -> int:
+    """How many of a search's first ``count`` trials ``folder`` holds (file names only)."""
+    return sum((folder / f"trial={k}" / TRIAL_FILE).is_file() for k in range(1, count + 1))
+
+
 def cell_trials_dir(cfg: DictConfig, run_dir: str | Path) -> Path:
     """The folder of the trials this cell's search reads (its own seed's under pairing)."""
     return trials_dir(run_dir, int(cfg.seed) if pairing(cfg) == "seed" else None)
